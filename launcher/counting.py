@@ -1,0 +1,144 @@
+"""`vlaunch count`: resolve a model, count it, price its weights, and read exact bytes from files when present."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher import formats
+from launcher.checkpoint import CheckpointBytes, find_checkpoint
+from launcher.kv import KVPerToken, kv_per_token
+from launcher.model import ModelShape, shape_from_config
+from launcher.modelsource import ModelSource, load
+from launcher.params import ParamCount, Tensor, count, tensors
+from launcher.units import GB, GiB, KiB
+
+
+@dataclass(frozen=True)
+class CountResult:
+    source: ModelSource
+    shape: ModelShape
+    params: ParamCount
+    spec: formats.FormatSpec
+    weights: formats.WeightBytes
+    checkpoint: CheckpointBytes | None
+    kv: KVPerToken
+    kv_cache_dtype: str
+
+    @property
+    def weight_bytes(self) -> int:
+        """Exact bytes from the files when they are present, else the format's arithmetic."""
+        if self.checkpoint is not None and self.checkpoint.total_bytes:
+            return self.checkpoint.total_bytes
+        return self.weights.total_bytes
+
+    def to_json(self) -> dict[str, object]:
+        s = self.shape
+        weights = self.weights.to_json()
+        if self.checkpoint is not None and self.checkpoint.total_bytes:
+            weights["bytes"] = self.checkpoint.total_bytes
+            weights["source"] = self.checkpoint.kind
+            weights["estimate_bytes"] = self.weights.total_bytes
+        return {
+            "model": self.source.spec,
+            "config": self.source.config_path,
+            "model_type": s.model_type,
+            "architecture": s.architecture,
+            "total": self.params.total,
+            "text_total": self.params.text_total,
+            "parts": dict(self.params.parts),
+            "detail": dict(self.params.detail),
+            "per_layer": _per_layer_summary(self.params),
+            "tied_embeddings": s.tied_embeddings,
+            "layers": s.num_layers,
+            "defaults_used": list(s.defaults_used),
+            "weight_bytes": self.weight_bytes,
+            "weights": weights,
+            "checkpoint": self.checkpoint.to_json() if self.checkpoint else None,
+            "kv_cache_dtype": self.kv_cache_dtype,
+            "kv_bytes_per_token": self.kv.per_token,
+            "kv": self.kv.to_json(),
+        }
+
+
+def _per_layer_summary(p: ParamCount) -> dict[str, int] | int:
+    distinct = sorted(set(p.per_layer))
+    if len(distinct) == 1:
+        return distinct[0]
+    return {"min": distinct[0], "max": distinct[-1]}
+
+
+def count_model(spec: str, *, fmt: str | None = None, kv_cache_dtype: str = "auto", tp: int = 1) -> CountResult:
+    src = load(spec)
+    shape = shape_from_config(src.config, src.config_path)
+    ts: list[Tensor] = tensors(shape)
+    detected = formats.detect(shape, src.hf_quant_config)
+    fspec = formats.spec_for(fmt, shape, detected) if fmt else detected
+    ckpt = None
+    if src.model_dir is not None and src.origin != "file":
+        ckpt = find_checkpoint(src.model_dir)
+    elif src.origin == "file":
+        ckpt = None  # a bare config.json: nothing beside it is assumed to belong to it
+    if fmt and ckpt is not None and formats.normalize_name(fmt) != detected.name:
+        ckpt = None  # the user asks about another format than the files on disk
+    return CountResult(
+        source=src,
+        shape=shape,
+        params=count(shape, ts),
+        spec=fspec,
+        weights=formats.weight_bytes(shape, fspec, ts),
+        checkpoint=ckpt,
+        kv=kv_per_token(shape, kv_cache_dtype, tp),
+        kv_cache_dtype=kv_cache_dtype,
+    )
+
+
+def _n(x: int) -> str:
+    return f"{x:,}"
+
+
+def render_count(r: CountResult) -> str:
+    s, p = r.shape, r.params
+    lines = [f"{r.source.spec}  ({s.model_type}, {s.architecture}, {s.num_layers} layers)"]
+    if Path(r.source.config_path) != Path(r.source.spec):
+        lines[0] += f"  [{r.source.origin}: {r.source.config_path}]"
+    lines.append(f"parameters {_n(p.total):>20}")
+    width = len(_n(p.total))
+    for part, n in p.parts.items():
+        if n or part == "lm_head":
+            note = " (tied to embedding)" if part == "lm_head" and s.tied_embeddings else ""
+            lines.append(f"  {part:<10} {_n(n):>{width + 8}}  {100 * n / p.total:5.1f}%{note}")
+    if p.text_total != p.total:
+        lines.append(f"  language model alone {_n(p.text_total)}")
+    if s.defaults_used:
+        lines.append(f"  class defaults used for: {', '.join(s.defaults_used)}")
+    w = r.weights
+    lines.append("")
+    lines.append(
+        f"weights    {w.format}: {_n(w.total_bytes)} B = {w.total_bytes / GB:.2f} GB = {w.total_bytes / GiB:.2f} GiB"
+        f"  ({w.bits_per_weight:.2f} bits/weight)"
+    )
+    lines.append(f"  kept 16-bit: {', '.join(w.kept_16bit) if w.kept_16bit else 'nothing (whole model in one format)'}")
+    if r.checkpoint is not None and r.checkpoint.total_bytes:
+        c = r.checkpoint
+        lines.append(
+            f"  on disk ({c.kind}, {len(c.files)} file(s)): {_n(c.total_bytes)} B = {c.total_bytes / GiB:.2f} GiB"
+        )
+    kv = r.kv
+    lines.append("")
+    per_tok = kv.per_token
+    lines.append(
+        f"KV cache   {r.kv_cache_dtype}: {_n(per_tok)} B/token ({per_tok / KiB:.1f} KiB)"
+        + (f", per rank at tp={kv.tensor_parallel_size}" if kv.tensor_parallel_size > 1 else "")
+    )
+    if kv.mla:
+        lines.append("  MLA: one compressed latent per layer (kv_lora_rank + rope dims), no separate K and V")
+    if kv.layers_sliding:
+        lines.append(
+            f"  full attention {kv.layers_full} layers: {_n(kv.full_attention)} B/token; "
+            f"sliding window {kv.layers_sliding} layers: {_n(kv.sliding_attention)} B/token, "
+            f"capped at {_n(kv.sliding_window or 0)} tokens"
+        )
+    tokens_per_gib = GiB / per_tok
+    lines.append(f"  {tokens_per_gib:,.0f} tokens per GiB (all layers storing every token)")
+    return "\n".join(lines)
