@@ -118,7 +118,12 @@ def render_count(r: CountResult) -> str:
         f"weights    {w.format}: {_n(w.total_bytes)} B = {w.total_bytes / GB:.2f} GB = {w.total_bytes / GiB:.2f} GiB"
         f"  ({w.bits_per_weight:.2f} bits/weight)"
     )
-    lines.append(f"  kept 16-bit: {', '.join(w.kept_16bit) if w.kept_16bit else 'nothing (whole model in one format)'}")
+    if w.kept_16bit:
+        lines.append(f"  kept 16-bit: {', '.join(w.kept_16bit)}")
+    elif w.quantized_params:
+        lines.append("  kept 16-bit: nothing")
+    if w.kept_f32:
+        lines.append(f"  kept F32: {', '.join(w.kept_f32)}")
     if r.checkpoint is not None and r.checkpoint.total_bytes:
         c = r.checkpoint
         lines.append(

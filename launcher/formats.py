@@ -71,6 +71,7 @@ class WeightBytes:
     bytes_by_part: dict[Part, int]
     kept_16bit: tuple[str, ...]
     gguf_types: dict[str, int] = field(default_factory=dict)  # GGUF mixes: params per ggml type
+    kept_f32: tuple[str, ...] = ()  # GGUF keeps 1-D tensors (norms, biases) and routers in F32
 
     @property
     def bits_per_weight(self) -> float:
@@ -89,6 +90,7 @@ class WeightBytes:
         }
         if self.gguf_types:
             out["gguf_types"] = dict(self.gguf_types)
+            out["kept_f32"] = list(self.kept_f32)
         return out
 
 
@@ -291,15 +293,15 @@ def _ggml_bytes(numel: int, row: int, ggml_type: str) -> tuple[str, int]:
 
 
 def _gguf_type(t: Tensor, fmt: FormatName, shape: ModelShape) -> str:
-    if len(t.shape) == 1 or t.role in ("norm", "bias", "sink"):
-        return "F32"  # llama.cpp keeps 1-D tensors in F32
+    if len(t.shape) == 1 or t.role in ("norm", "bias", "sink", "router"):
+        return "F32"  # llama.cpp keeps 1-D tensors, and the MoE router (ffn_gate_inp), in F32
     if fmt == "q8_0":
         return "Q8_0"
     # Q4_K_M, as llama.cpp's llama_tensor_get_type assigns it.
     kind = t.gguf or ""
     eight_experts = shape.moe is not None and shape.moe.num_experts == 8
-    if kind == "output":
-        return "Q6_K"
+    if kind == "output" or (kind == "token_embd" and shape.tied_embeddings):
+        return "Q6_K"  # with no output tensor, llama.cpp gives token_embd the output's type
     if kind == "attn_v":
         if eight_experts:
             return "Q8_0"
@@ -333,15 +335,19 @@ def weight_bytes(shape: ModelShape, spec: FormatSpec, ts: list[Tensor] | None = 
     ts = tensors(shape) if ts is None else ts
     by_part: dict[Part, int] = dict.fromkeys(PARTS, 0)
     kept: set[str] = set()
+    kept_f32: set[str] = set()
     quantized = 0
     gguf_types: dict[str, int] = {}
     if spec.name in ("q8_0", "q4_k_m"):
         sizes, gguf_types = _gguf_bytes(ts, spec.name, shape)
         for t, b in zip(ts, sizes, strict=True):
             by_part[t.part] += b
-            if t.role in ("linear", "expert", "embedding", "lm_head", "router"):
+            if t.part == "vision":
+                kept.add("vision tower")
+            elif t.role in ("linear", "expert", "embedding", "lm_head"):
                 quantized += t.numel
-        kept.update(("norms (F32)", "biases (F32)"))
+            else:
+                kept_f32.add(_kept_label(t))
     else:
         full = {"fp32": 4, "bf16": 2, "fp16": 2}.get(spec.name)
         for t in ts:
@@ -363,6 +369,7 @@ def weight_bytes(shape: ModelShape, spec: FormatSpec, ts: list[Tensor] | None = 
         bytes_by_part=by_part,
         kept_16bit=tuple(sorted(kept)),
         gguf_types=gguf_types,
+        kept_f32=tuple(sorted(kept_f32)),
     )
 
 

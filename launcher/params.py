@@ -209,6 +209,13 @@ def _vision(s: ModelShape) -> list[Tensor]:
     return ts
 
 
+# Norms after the input norm, by how many a decoder layer has (Gemma 2/3 wrap attention and MLP in pairs).
+_LAYER_NORMS = {
+    2: ("post_attention_layernorm",),
+    4: ("post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm"),
+}
+
+
 def tensors(s: ModelShape) -> list[Tensor]:
     """Every weight tensor of the model as transformers builds it (tied lm_head omitted)."""
     h = s.hidden_size
@@ -216,8 +223,8 @@ def tensors(s: ModelShape) -> list[Tensor]:
     for i in range(s.num_layers):
         ts.append(Tensor(f"model.layers.{i}.input_layernorm.weight", "norms", "norm", (h,), 1, i, "attn_norm"))
         ts += _attention(s, i)
-        for j in range(1, s.norms_per_layer):
-            ts.append(Tensor(f"model.layers.{i}.norm{j}.weight", "norms", "norm", (h,), 1, i, "ffn_norm"))
+        for norm in _LAYER_NORMS[s.norms_per_layer]:
+            ts.append(Tensor(f"model.layers.{i}.{norm}.weight", "norms", "norm", (h,), 1, i, "ffn_norm"))
         if s.mlp_kinds[i] == "moe":
             ts += _moe(s, i)
         else:
