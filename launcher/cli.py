@@ -87,3 +87,103 @@ def count(model: str, fmt: str | None, kv_cache_dtype: str, tensor_parallel_size
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
+
+
+def _plan_options(f: Any) -> Any:
+    opts = [
+        click.option("--config", "config", metavar="FILE", help="An explicit config.json (instead of a profile)."),
+        click.option("--model", "model", metavar="ID", help="Hugging Face repo id or model directory."),
+        click.option(
+            "--machine",
+            help="dgx-spark, h100-80gb, h200, a100-80gb, a100-40gb, l40s, rtx5090, "
+            "rtx4090, rtx4080, rtx3090, t4, cuda, cpu or auto.",
+        ),
+        click.option("--gpu-memory-gib", type=float, help="Total memory per GPU (GiB), overriding the catalog."),
+        click.option("--gpu-memory-utilization", help="A fraction (0-1] or 'auto'."),
+        click.option("--max-model-len", type=int),
+        click.option("--tensor-parallel-size", "-tp", type=int),
+        click.option("--pipeline-parallel-size", "-pp", type=int),
+        click.option("--dtype"),
+        click.option("--kv-cache-dtype"),
+        click.option("--quantization", "--format", "quantization", help="Storage format or vLLM quantization name."),
+        click.option("--max-num-batched-tokens", type=int),
+        click.option("--max-num-seqs", type=int),
+        click.option("--enforce-eager", is_flag=True, default=None),
+        click.option("--block-size", type=int),
+        click.option("--kv-cache-memory-bytes", help="Exact KV pool size (e.g. 4G, 12GiB, 4294967296)."),
+        click.option("--vllm-version", help="The vLLM version to predict for (e.g. 0.19.0)."),
+        click.option("--users", type=int, help="Target concurrent conversations."),
+        click.option("--os-reserve-gib", help="Memory kept for the OS on unified machines, or 'auto'."),
+        click.option("--overhead-gib", type=float, help="Fixed overhead instead of the version model."),
+        click.option("--biggest-pool", is_flag=True, default=None, help="Let auto util take the largest safe pool."),
+        click.option("--free-gib", type=float, help="Memory free at launch (GiB), when not read from this machine."),
+        click.option("--json", "as_json", is_flag=True, help="Machine-readable output."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+_FLAG_FIELDS = (
+    "machine", "gpu_memory_gib", "gpu_memory_utilization", "max_model_len", "tensor_parallel_size",
+    "pipeline_parallel_size", "dtype", "kv_cache_dtype", "quantization", "max_num_batched_tokens", "max_num_seqs",
+    "enforce_eager", "block_size", "kv_cache_memory_bytes", "users", "os_reserve_gib", "overhead_gib",
+    "biggest_pool",
+)  # fmt: skip
+
+
+def _num_or_auto(value: str | None) -> float | str | None:
+    if value is None or value == "auto":
+        return value
+    try:
+        return float(value)
+    except ValueError:
+        return value  # the profile validator names the problem
+
+
+def build_profile(profile: str | None, flags: dict[str, Any]) -> Any:
+    """A profile from PROFILE (path or name under profiles/) and/or flags; flags override the file."""
+    from pathlib import Path
+
+    from launcher.planning import profile_from_flags
+    from launcher.profiles import load_profile, resolve_profile_arg
+
+    overrides = {k: flags.get(k) for k in _FLAG_FIELDS if flags.get(k) is not None}
+    for k in ("gpu_memory_utilization", "os_reserve_gib"):
+        if k in overrides:
+            overrides[k] = _num_or_auto(overrides[k])
+    if flags.get("vllm_version"):
+        overrides["vllm"] = {"version": flags["vllm_version"]}
+    if profile:
+        base = load_profile(resolve_profile_arg(profile, Path.cwd() / "profiles"))
+        if flags.get("model"):
+            overrides["model"] = flags["model"]
+        if flags.get("config"):
+            overrides["config"] = flags["config"]
+        return base.with_overrides(**overrides) if overrides else base
+    vllm = overrides.pop("vllm", None)
+    p = profile_from_flags(flags.get("model"), flags.get("config"), **overrides)
+    return p.with_overrides(vllm=vllm) if vllm else p
+
+
+@main.command()
+@click.argument("profile", required=False)
+@_plan_options
+def plan(profile: str | None, as_json: bool, free_gib: float | None, **flags: Any) -> None:
+    """Predict the four buckets, vLLM's KV pool and a safe gpu_memory_utilization.
+
+    PROFILE is a YAML file or the name of one in profiles/. Flags mirror vLLM's and override the profile.
+    Exit code 3 when it does not fit (the reasons say which bucket and by how much).
+    """
+    from launcher.planning import make_plan
+    from launcher.render import render_plan
+    from launcher.units import gib_to_bytes
+
+    p = build_profile(profile, flags)
+    result = make_plan(p, free_bytes=None if free_gib is None else gib_to_bytes(free_gib))
+    if as_json:
+        emit_json(result.to_json())
+    else:
+        click.echo(render_plan(result))
+    if not result.fits:
+        sys.exit(EXIT_DOES_NOT_FIT)

@@ -330,6 +330,16 @@ def _gguf_bytes(ts: list[Tensor], fmt: FormatName, shape: ModelShape) -> tuple[l
     return sizes, types
 
 
+def tensor_bytes(shape: ModelShape, spec: FormatSpec, ts: list[Tensor]) -> list[int]:
+    """Bytes of each tensor in this format, in the order of `ts`."""
+    if spec.name in ("q8_0", "q4_k_m"):
+        return _gguf_bytes(ts, spec.name, shape)[0]
+    full = {"fp32": 4, "bf16": 2, "fp16": 2}.get(spec.name)
+    if full is not None:
+        return [t.numel * full for t in ts]
+    return [_quantized_bytes(t, spec) if _quantizable(t, spec) else t.numel * 2 for t in ts]
+
+
 def weight_bytes(shape: ModelShape, spec: FormatSpec, ts: list[Tensor] | None = None) -> WeightBytes:
     """Bytes of every weight in this format, by part, with the tensors the format keeps in 16 bits."""
     ts = tensors(shape) if ts is None else ts
@@ -338,33 +348,30 @@ def weight_bytes(shape: ModelShape, spec: FormatSpec, ts: list[Tensor] | None = 
     kept_f32: set[str] = set()
     quantized = 0
     gguf_types: dict[str, int] = {}
-    if spec.name in ("q8_0", "q4_k_m"):
+    gguf = spec.name in ("q8_0", "q4_k_m")
+    if gguf:
         sizes, gguf_types = _gguf_bytes(ts, spec.name, shape)
-        for t, b in zip(ts, sizes, strict=True):
-            by_part[t.part] += b
+    else:
+        sizes = tensor_bytes(shape, spec, ts)
+    plain = spec.name in ("fp32", "bf16", "fp16")
+    for t, b in zip(ts, sizes, strict=True):
+        by_part[t.part] += b
+        if gguf:
             if t.part == "vision":
                 kept.add("vision tower")
             elif t.role in ("linear", "expert", "embedding", "lm_head"):
                 quantized += t.numel
             else:
                 kept_f32.add(_kept_label(t))
-    else:
-        full = {"fp32": 4, "bf16": 2, "fp16": 2}.get(spec.name)
-        for t in ts:
-            if full is not None:
-                b = t.numel * full
-            elif _quantizable(t, spec):
-                b = _quantized_bytes(t, spec)
+        elif not plain:
+            if _quantizable(t, spec):
                 quantized += t.numel
             else:
-                b = t.numel * 2
                 kept.add(_kept_label(t))
-            by_part[t.part] += b
-    params = sum(t.numel for t in ts)
     return WeightBytes(
         format=spec.describe(),
         total_bytes=sum(by_part.values()),
-        params=params,
+        params=sum(t.numel for t in ts),
         quantized_params=quantized,
         bytes_by_part=by_part,
         kept_16bit=tuple(sorted(kept)),

@@ -1,0 +1,74 @@
+"""The exact vLLM command line for a profile and its plan. Pure: profile + plan -> list of str, never a shell."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from launcher.formats import FormatSpec
+
+if TYPE_CHECKING:
+    from launcher.budget import Prediction
+    from launcher.profiles import Profile
+
+# Formats vLLM quantizes online from a 16-bit checkpoint when asked with --quantization.
+_ONLINE = {"fp8": "fp8"}
+CONTAINER_HF_CACHE = "/root/.cache/huggingface"
+
+
+def _engine_flags(profile: Profile, pred: Prediction, spec: FormatSpec, detected: FormatSpec) -> list[str]:
+    a = pred.args
+    flags: list[str] = []
+    if profile.max_model_len is not None:
+        flags += ["--max-model-len", str(profile.max_model_len)]
+    flags += ["--gpu-memory-utilization", f"{pred.gpu_memory_utilization:.2f}"]
+    if a.tensor_parallel_size > 1:
+        flags += ["--tensor-parallel-size", str(a.tensor_parallel_size)]
+    if a.pipeline_parallel_size > 1:
+        flags += ["--pipeline-parallel-size", str(a.pipeline_parallel_size)]
+    if profile.dtype != "auto":
+        flags += ["--dtype", profile.dtype]
+    if profile.kv_cache_dtype != "auto":
+        flags += ["--kv-cache-dtype", profile.kv_cache_dtype]
+    if spec.name != detected.name and spec.name in _ONLINE:
+        flags += ["--quantization", _ONLINE[spec.name]]
+    if profile.max_num_batched_tokens is not None:
+        flags += ["--max-num-batched-tokens", str(profile.max_num_batched_tokens)]
+    if profile.max_num_seqs is not None:
+        flags += ["--max-num-seqs", str(profile.max_num_seqs)]
+    if profile.enforce_eager:
+        flags.append("--enforce-eager")
+    if profile.block_size is not None:
+        flags += ["--block-size", str(profile.block_size)]
+    if profile.kv_cache_memory_bytes is not None:
+        flags += ["--kv-cache-memory-bytes", str(profile.kv_cache_memory_bytes)]
+    if profile.vllm.served_model_name:
+        flags += ["--served-model-name", profile.vllm.served_model_name]
+    return flags
+
+
+def vllm_argv(
+    profile: Profile,
+    pred: Prediction,
+    spec: FormatSpec,
+    detected: FormatSpec,
+    *,
+    hf_cache_dir: str = "/root/.cache/huggingface",
+) -> tuple[list[str], dict[str, str]]:
+    """(argv, extra environment) to start vLLM as the profile says; binds 127.0.0.1 unless told otherwise."""
+    v = profile.vllm
+    net = ["--host", v.host, "--port", str(v.port)]
+    flags = _engine_flags(profile, pred, spec, detected) + list(v.extra_args)
+    env = dict(v.env)
+    if v.launch == "module":
+        python = v.python or "python3"
+        argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", profile.model, *net, *flags]
+    elif v.launch == "container":
+        image = v.image or "nvcr.io/nvidia/vllm:latest"
+        docker = ["docker", "run", "--rm", "--gpus", "all", "--ipc", "host", "--network", "host"]
+        docker += ["-v", f"{hf_cache_dir}:{CONTAINER_HF_CACHE}"]
+        for k, val in env.items():
+            docker += ["-e", f"{k}={val}"]
+        argv = [*docker, image, "vllm", "serve", profile.model, *net, *flags]
+    else:
+        argv = [v.executable, "serve", profile.model, *net, *flags]
+    return argv, env

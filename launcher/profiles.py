@@ -1,0 +1,612 @@
+"""Launch profiles: a YAML file validated into typed, frozen dataclasses.
+
+Every error is a ProfileError that names the file, the dotted key path and, for an unknown key, the closest
+known one. Relative paths in a profile (model, config, python, executable) are resolved against the profile's
+directory first, then the current working directory; a model found in neither is kept as written (a repo id).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import difflib
+import math
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, NoReturn, get_args
+
+import yaml
+
+from launcher.errors import FormatError, ProfileError
+from launcher.formats import ALIASES, FORMATS, FormatName, normalize_name
+from launcher.kv import KV_CACHE_DTYPES
+from launcher.units import parse_size
+
+Dtype = Literal["auto", "bfloat16", "float16", "float32"]
+DTYPES: tuple[Dtype, ...] = get_args(Dtype)
+DTYPE_ALIASES: dict[str, Dtype] = {
+    "bf16": "bfloat16", "fp16": "float16", "half": "float16", "float": "float32", "fp32": "float32",
+}  # fmt: skip
+
+LaunchMode = Literal["cli", "module", "container"]
+LAUNCH_MODES: tuple[LaunchMode, ...] = get_args(LaunchMode)
+
+MachineName = Literal[
+    "dgx-spark", "h100-80gb", "h200", "a100-80gb", "a100-40gb", "l40s", "rtx5090", "rtx4090", "rtx4080",
+    "rtx3090", "t4", "cuda", "cpu", "auto",
+]  # fmt: skip
+MACHINE_NAMES: tuple[MachineName, ...] = get_args(MachineName)
+
+BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
+
+Auto = Literal["auto"]
+
+# Help text for every field, keyed by its dotted path in the YAML; the CLI reuses it for its flags.
+FIELD_HELP: dict[str, str] = {
+    "name": "Profile name (default: the file name without .yaml).",
+    "description": "Free text shown in listings.",
+    "model": "Hugging Face repo id or local model directory (required).",
+    "config": "Explicit config.json path, when the model's own cannot be read.",
+    "quantization": "Storage format of the weights (awq, gptq, fp8, ...); default: detect from config.json.",
+    "dtype": "Activation/weight dtype: auto, bfloat16, float16 or float32.",
+    "kv_cache_dtype": "KV cache dtype as vLLM names it (auto: the model's dtype).",
+    "max_model_len": "Longest context one conversation may reach, in tokens (default: the model's).",
+    "users": "Concurrent conversations the KV cache must hold at max_model_len.",
+    "machine": "Machine preset that sets the memory figures (auto: detect).",
+    "gpu_memory_gib": "Total GPU memory in GiB, overriding the machine preset.",
+    "os_reserve_gib": "GiB kept free for the OS and other processes (auto: per machine).",
+    "gpu_memory_utilization": "Fraction of GPU memory vLLM may claim, 0 < x ≤ 1 (auto: computed).",
+    "biggest_pool": "With auto utilization, take the largest safe KV pool rather than only what users need.",
+    "tensor_parallel_size": "GPUs each layer is split across.",
+    "pipeline_parallel_size": "Pipeline stages the layers are split into.",
+    "max_num_batched_tokens": "Tokens one scheduler step may process (default: vLLM's).",
+    "max_num_seqs": "Sequences one scheduler step may hold (default: vLLM's).",
+    "enforce_eager": "Disable CUDA graphs (less memory, slower decode).",
+    "block_size": "KV cache block size in tokens (default: vLLM's).",
+    "kv_cache_memory_bytes": "Fixed KV cache size instead of a utilization fraction (e.g. 12GiB, 4G).",
+    "overhead_gib": "GiB of non-torch overhead to assume instead of the estimate.",
+    "vllm": "How vLLM is launched.",
+    "vllm.version": "vLLM version the pool prediction follows, e.g. 0.19.0 (default: detect).",
+    "vllm.launch": "cli (the vllm executable), module (python -m vllm...) or container.",
+    "vllm.executable": "The vllm command for cli launch.",
+    "vllm.python": "Python interpreter for module launch (default: the caller's choice).",
+    "vllm.image": "Container image for container launch.",
+    "vllm.host": "Address the server listens on.",
+    "vllm.port": "Port the server listens on.",
+    "vllm.extra_args": "Further vllm serve arguments, passed through as written.",
+    "vllm.env": "Environment variables for the vLLM process.",
+    "vllm.served_model_name": "Model name the API serves (default: the model path).",
+}
+
+_VERSION = re.compile(r"^(\d+(?:\.\d+)*)(?:[.-]?(?:a|b|rc|post|dev)\d*)*(?:\+[A-Za-z0-9.]+)?$")
+_VLLM_INT = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgGtT])$")
+# vLLM's human_readable_int: lower-case suffixes are decimal, upper-case binary.
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class VllmSection:
+    """The `vllm:` section: which vLLM, how it is started, and what it is told."""
+
+    version: str | None = None
+    launch: LaunchMode = "cli"
+    executable: str = "vllm"
+    python: str | None = None
+    image: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    extra_args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()  # (name, value) pairs in file order; dict(env) for a mapping
+    served_model_name: str | None = None
+
+    @property
+    def version_info(self) -> tuple[int, ...] | None:
+        """The dotted integers of `version` ("0.6.3.post1" -> (0, 6, 3)), or None."""
+        if self.version is None:
+            return None
+        m = _VERSION.match(self.version)
+        return tuple(int(x) for x in m.group(1).split(".")) if m else None
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["extra_args"] = list(self.extra_args)
+        out["env"] = dict(self.env)
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class Profile:
+    """A validated launch profile. Build one with load_profile or profile_from_mapping, which validate."""
+
+    model: str
+    name: str = "profile"
+    description: str = ""
+    config: str | None = None
+    quantization: FormatName | None = None
+    dtype: Dtype = "auto"
+    kv_cache_dtype: str = "auto"
+    max_model_len: int | None = None
+    users: int = 1
+    machine: MachineName = "auto"
+    gpu_memory_gib: float | None = None
+    os_reserve_gib: float | Auto = "auto"
+    gpu_memory_utilization: float | Auto = "auto"
+    biggest_pool: bool = False
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    enforce_eager: bool = False
+    block_size: int | None = None
+    kv_cache_memory_bytes: int | None = None
+    overhead_gib: float | None = None
+    vllm: VllmSection = field(default_factory=VllmSection)
+    source: str | None = field(default=None, compare=False)  # the file it was read from; not a YAML key
+
+    def with_overrides(self, **changes: Any) -> Profile:
+        """A copy with some fields changed (e.g. from CLI flags), validated as if written in the file.
+
+        Values may be given as in YAML ("4G", "bf16") or typed. `vllm` takes a VllmSection or a mapping of
+        the vllm keys to change. Errors name the key but not the file, since the value did not come from it.
+        """
+        raw = _raw_profile(self)
+        for key, value in changes.items():
+            if key == "vllm" and isinstance(value, VllmSection):
+                value = _raw_vllm(value)
+            elif key == "vllm" and isinstance(value, Mapping):
+                value = {**raw["vllm"], **value}
+            raw[key] = value
+        return dataclasses.replace(profile_from_mapping(raw), source=self.source)
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["vllm"] = self.vllm.to_json()
+        return out
+
+
+# ---- reading -----------------------------------------------------------------------------------------------
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader; duplicated keys are found on the composed node tree before construction."""
+
+
+def _duplicate_keys(node: yaml.Node, path: str, source: str, seen: set[int]) -> None:
+    if id(node) in seen:  # an alias revisiting a node (or a recursive structure)
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        first: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *base` merges are allowed to be overridden
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            if key is not None:
+                line = key_node.start_mark.line + 1
+                if key in first:
+                    raise ProfileError(
+                        f"duplicated key {key!r} at line {line} (first at line {first[key]})",
+                        source=source,
+                        field=_join(path, key),
+                    )
+                first[key] = line
+            _duplicate_keys(value_node, _join(path, str(key)), source, seen)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _duplicate_keys(item, f"{path}[{i}]", source, seen)
+
+
+def _yaml_error(e: yaml.YAMLError, source: str) -> ProfileError:
+    if isinstance(e, yaml.MarkedYAMLError):
+        mark = e.problem_mark or e.context_mark
+        what = ", ".join(str(p) for p in (e.context, e.problem) if p) or "invalid YAML"
+        where = f"line {mark.line + 1} column {mark.column + 1}: " if mark is not None else ""
+        return ProfileError(f"{where}{what}", source=source)
+    return ProfileError(f"invalid YAML: {e}", source=source)
+
+
+def profile_from_yaml(text: str, *, source: str = "<profile>", base_dir: Path | None = None) -> Profile:
+    """Parse and validate profile text. `base_dir` anchors relative paths (None: leave them as written)."""
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            raise ProfileError("empty profile; it needs at least a 'model' key", source=source)
+        _duplicate_keys(node, "", source, set())
+        data = loader.construct_document(node)
+    except yaml.YAMLError as e:
+        raise _yaml_error(e, source) from None
+    except (ValueError, OverflowError) as e:  # e.g. an integer too long for int()
+        raise ProfileError(f"unreadable value: {e}", source=source) from None
+    except RecursionError:
+        raise ProfileError("YAML nested too deeply", source=source) from None
+    finally:
+        loader.dispose()
+    if data is None:
+        raise ProfileError("empty profile; it needs at least a 'model' key", source=source)
+    return profile_from_mapping(data, source=source, base_dir=base_dir)
+
+
+def load_profile(path: str | Path) -> Profile:
+    """Read and validate a profile file. Errors name the file as given."""
+    p = Path(path)
+    source = str(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ProfileError("no such profile file", source=source) from None
+    except UnicodeDecodeError as e:
+        raise ProfileError(f"not UTF-8 text ({e.reason} at byte {e.start})", source=source) from None
+    except OSError as e:
+        raise ProfileError(f"cannot read: {e.strerror or e}", source=source) from None
+    return profile_from_yaml(text, source=source, base_dir=p.parent)
+
+
+def available_profiles(profiles_dir: Path) -> list[str]:
+    """Names of the *.yaml profiles in a directory, sorted."""
+    try:
+        return sorted(p.stem for p in profiles_dir.glob("*.yaml") if p.is_file())
+    except OSError:
+        return []
+
+
+def resolve_profile_arg(arg: str, profiles_dir: Path) -> Path:
+    """A profile given as a path, or as a bare name looked up as `profiles_dir/<name>.yaml`."""
+    if _exists(Path(arg), "file"):
+        return Path(arg)
+    if "/" not in arg and os.sep not in arg:
+        for candidate in (profiles_dir / f"{arg}.yaml", profiles_dir / arg):
+            if _exists(candidate, "file"):
+                return candidate
+    names = available_profiles(profiles_dir)
+    if not names:
+        raise ProfileError(f"no such profile file, and no profiles in {profiles_dir}", source=arg)
+    close = difflib.get_close_matches(arg.removesuffix(".yaml"), names, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise ProfileError(f"no such profile file or name; {hint}available: {', '.join(names)}", source=arg)
+
+
+# ---- validation ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Ctx:
+    source: str | None
+    base_dir: Path | None
+
+    def fail(self, path: str, message: str) -> NoReturn:
+        raise ProfileError(message, source=self.source, field=path)
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _show(v: object) -> str:
+    """A value as the user wrote it, for error messages."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, Mapping):
+        return "a mapping"
+    if isinstance(v, list | tuple):
+        return "a list"
+    if isinstance(v, int) and v.bit_length() > 64:
+        return "a very large integer"
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _check_keys(data: Mapping[Any, Any], known: tuple[str, ...], path: str, ctx: _Ctx) -> None:
+    for key in data:
+        if key in known:
+            continue
+        close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6) if isinstance(key, str) else []
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        ctx.fail(_join(path, str(key)), f"unknown key{hint}")
+
+
+def _str(v: object, path: str, ctx: _Ctx, *, optional: bool = False, empty_ok: bool = False) -> Any:
+    if v is None and optional:
+        return None
+    if not isinstance(v, str) or (not empty_ok and not v.strip()):
+        ctx.fail(path, f"must be a {'string' if empty_ok else 'non-empty string'}, got {_show(v)}")
+    return v
+
+
+def _choice(v: object, path: str, ctx: _Ctx, choices: tuple[str, ...], aliases: Mapping[str, str] | None = None) -> Any:
+    aliases = aliases or {}
+    if isinstance(v, str):
+        key = v.strip().lower()
+        if key in choices:
+            return key
+        if key in aliases:
+            return aliases[key]
+    close = difflib.get_close_matches(v, [*choices, *aliases], n=1, cutoff=0.6) if isinstance(v, str) else []
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    ctx.fail(path, f"must be one of {', '.join(choices)}; got {_show(v)}{hint}")
+
+
+def _int(v: object, path: str, ctx: _Ctx, *, optional: bool = False, hi: int | None = None) -> Any:
+    if v is None and optional:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1 or (hi is not None and v > hi):
+        what = f"an integer between 1 and {hi}" if hi is not None else "a positive integer"
+        ctx.fail(path, f"must be {what}, got {_show(v)}")
+    return v
+
+
+def _float(
+    v: object,
+    path: str,
+    ctx: _Ctx,
+    *,
+    optional: bool = False,
+    auto: bool = False,
+    positive: bool = False,
+    at_most_one: bool = False,
+) -> Any:
+    if v is None and optional:
+        return None
+    if auto and v == "auto":
+        return "auto"
+    x = math.nan
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        with contextlib.suppress(OverflowError):
+            x = float(v)
+    ok = math.isfinite(x) and (x > 0 if positive else x >= 0) and (not at_most_one or x <= 1)
+    if not ok:
+        rule = "a number greater than 0" if positive else "a number ≥ 0"
+        if at_most_one:
+            rule += " and at most 1"
+        ctx.fail(path, f"must be {'auto or ' if auto else ''}{rule}, got {_show(v)}")
+    return x
+
+
+def _bool(v: object, path: str, ctx: _Ctx) -> Any:
+    if not isinstance(v, bool):
+        ctx.fail(path, f"must be true or false, got {_show(v)}")
+    return v
+
+
+def parse_kv_bytes(text: str) -> int:
+    """'12GiB', '2.5GB' (units.parse_size) or vLLM's own '4G' (binary) / '4g' (decimal) -> bytes.
+
+    Raises ValueError. Like vLLM's human_readable_int, a binary single-letter suffix takes whole numbers only.
+    """
+    m = _VLLM_INT.match(text.strip())
+    if m:
+        number, suffix = m.groups()
+        if suffix in _DECIMAL:
+            return int(float(number) * _DECIMAL[suffix])
+        if "." in number:
+            raise ValueError(f"vLLM takes no decimals with {suffix!r} (binary); write e.g. {number}{suffix}iB")
+        return int(number) * _BINARY[suffix]
+    return parse_size(text)
+
+
+def _kv_bytes(v: object, path: str, ctx: _Ctx) -> Any:
+    if v is None:
+        return None
+    n: int | None = None
+    if isinstance(v, str):
+        try:
+            n = parse_kv_bytes(v)
+        except ValueError as e:
+            ctx.fail(path, str(e))
+        except OverflowError:
+            n = None
+    elif isinstance(v, int) and not isinstance(v, bool):
+        n = v
+    if n is None or n <= 0:
+        ctx.fail(path, f"must be a positive number of bytes or a size like 12GiB, 4G or 2.5GB, got {_show(v)}")
+    return n
+
+
+def _quantization(v: object, path: str, ctx: _Ctx) -> Any:
+    if v is None:
+        return None
+    if isinstance(v, str):
+        try:
+            return normalize_name(v)
+        except FormatError:
+            pass
+    close = difflib.get_close_matches(v, [*FORMATS, *ALIASES], n=1, cutoff=0.6) if isinstance(v, str) else []
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    ctx.fail(path, f"must be a storage format: {', '.join(FORMATS)} (or an alias); got {_show(v)}{hint}")
+
+
+def _exists(p: Path, kind: Literal["any", "file"] = "any") -> bool:
+    try:
+        return p.is_file() if kind == "file" else p.exists()
+    except (OSError, ValueError):  # names too long, NUL bytes: not a local path
+        return False
+
+
+def _expand(text: str) -> Path | None:
+    try:
+        return Path(text).expanduser()
+    except (RuntimeError, ValueError):  # ~user with no such user
+        return None
+
+
+def _local(text: str, base_dir: Path | None) -> Path | None:
+    """A relative path found under base_dir, else under the cwd, made absolute (no symlinks followed)."""
+    p = _expand(text)
+    if p is None:
+        return None
+    if p.is_absolute():
+        return p
+    for root in (base_dir, Path.cwd()):
+        if root is not None and _exists(root / p):
+            return Path(os.path.abspath(root / p))
+    return None
+
+
+def _model(v: object, path: str, ctx: _Ctx) -> Any:
+    text: str = _str(v, path, ctx)
+    if ctx.base_dir is None:
+        return text
+    found = _local(text, ctx.base_dir)
+    return str(found) if found is not None else text
+
+
+def _config_path(v: object, path: str, ctx: _Ctx) -> Any:
+    text: str | None = _str(v, path, ctx, optional=True)
+    if text is None or ctx.base_dir is None:
+        return text
+    found = _local(text, ctx.base_dir)
+    if found is None:
+        expanded = _expand(text)
+        if expanded is None:
+            return text
+        found = Path(os.path.abspath(ctx.base_dir / expanded))
+    return str(found)
+
+
+def _command_path(v: object, path: str, ctx: _Ctx, *, optional: bool) -> Any:
+    """An executable: a bare name is looked up on PATH at launch; a relative path is resolved like the model."""
+    text: str | None = _str(v, path, ctx, optional=optional)
+    if text is None or ctx.base_dir is None or "/" not in text:
+        return text
+    found = _local(text, ctx.base_dir)
+    return str(found) if found is not None else text
+
+
+def _version(v: object, path: str, ctx: _Ctx) -> Any:
+    if v is None:
+        return None
+    if _is_number(v):
+        ctx.fail(path, f'must be a quoted string like "0.19.0" (YAML read a number), got {_show(v)}')
+    if not isinstance(v, str) or not _VERSION.match(v.strip()):
+        ctx.fail(path, f"must be a version like 0.19.0 or 0.6.3.post1, got {_show(v)}")
+    return v.strip()
+
+
+def _scalar_text(v: object, path: str, ctx: _Ctx, what: str) -> str:
+    if isinstance(v, str):
+        return v
+    if _is_number(v) and not (isinstance(v, int) and v.bit_length() > 64):
+        return str(v)
+    extra = " (quote it, or write 1 or 0)" if isinstance(v, bool) else ""
+    ctx.fail(path, f"must be {what}{extra}, got {_show(v)}")
+
+
+def _extra_args(v: object, path: str, ctx: _Ctx) -> Any:
+    if v is None:
+        return ()
+    if not isinstance(v, list | tuple):
+        ctx.fail(path, f"must be a list of strings, got {_show(v)}")
+    return tuple(_scalar_text(a, f"{path}[{i}]", ctx, "a string") for i, a in enumerate(v))
+
+
+def _env(v: object, path: str, ctx: _Ctx) -> Any:
+    if v is None:
+        return ()
+    items: list[tuple[Any, Any]]
+    if isinstance(v, Mapping):
+        items = list(v.items())
+    elif isinstance(v, tuple) and all(isinstance(p, tuple) and len(p) == 2 for p in v):
+        items = list(v)  # the typed form, from with_overrides
+    else:
+        ctx.fail(path, f"must be a mapping of variable names to values, got {_show(v)}")
+    out: list[tuple[str, str]] = []
+    for key, value in items:
+        if not isinstance(key, str) or not _ENV_NAME.match(key):
+            ctx.fail(_join(path, str(key)), "not a valid environment variable name")
+        out.append((key, _scalar_text(value, _join(path, key), ctx, "a string or a number")))
+    return tuple(out)
+
+
+def _block_size(v: object, path: str, ctx: _Ctx) -> Any:
+    if v is None:
+        return None
+    if isinstance(v, bool) or v not in BLOCK_SIZES:
+        ctx.fail(path, f"must be one of {', '.join(map(str, BLOCK_SIZES))}, got {_show(v)}")
+    return v
+
+
+_Check = Callable[[object, str, _Ctx], Any]
+
+_VLLM_FIELDS: dict[str, _Check] = {
+    "version": _version,
+    "launch": lambda v, p, c: _choice(v, p, c, LAUNCH_MODES),
+    "executable": lambda v, p, c: _command_path(v, p, c, optional=False),
+    "python": lambda v, p, c: _command_path(v, p, c, optional=True),
+    "image": lambda v, p, c: _str(v, p, c, optional=True),
+    "host": _str,
+    "port": lambda v, p, c: _int(v, p, c, hi=65535),
+    "extra_args": _extra_args,
+    "env": _env,
+    "served_model_name": lambda v, p, c: _str(v, p, c, optional=True),
+}
+
+
+def _vllm(v: object, path: str, ctx: _Ctx) -> Any:
+    if v is None:
+        return VllmSection()
+    if not isinstance(v, Mapping):
+        ctx.fail(path, f"must be a mapping, got {_show(v)}")
+    _check_keys(v, tuple(_VLLM_FIELDS), path, ctx)
+    return VllmSection(**{k: _VLLM_FIELDS[k](v[k], _join(path, k), ctx) for k in v})
+
+
+_FIELDS: dict[str, _Check] = {
+    "name": _str,
+    "description": lambda v, p, c: _str(v, p, c, empty_ok=True),
+    "model": _model,
+    "config": _config_path,
+    "quantization": _quantization,
+    "dtype": lambda v, p, c: _choice(v, p, c, DTYPES, DTYPE_ALIASES),
+    "kv_cache_dtype": lambda v, p, c: _choice(v, p, c, KV_CACHE_DTYPES),
+    "max_model_len": lambda v, p, c: _int(v, p, c, optional=True),
+    "users": _int,
+    "machine": lambda v, p, c: _choice(v, p, c, MACHINE_NAMES),
+    "gpu_memory_gib": lambda v, p, c: _float(v, p, c, optional=True, positive=True),
+    "os_reserve_gib": lambda v, p, c: _float(v, p, c, auto=True),
+    "gpu_memory_utilization": lambda v, p, c: _float(v, p, c, auto=True, positive=True, at_most_one=True),
+    "biggest_pool": _bool,
+    "tensor_parallel_size": _int,
+    "pipeline_parallel_size": _int,
+    "max_num_batched_tokens": lambda v, p, c: _int(v, p, c, optional=True),
+    "max_num_seqs": lambda v, p, c: _int(v, p, c, optional=True),
+    "enforce_eager": _bool,
+    "block_size": _block_size,
+    "kv_cache_memory_bytes": _kv_bytes,
+    "overhead_gib": lambda v, p, c: _float(v, p, c, optional=True),
+    "vllm": _vllm,
+}
+
+
+def profile_from_mapping(data: object, *, source: str | None = None, base_dir: Path | None = None) -> Profile:
+    """Validate a parsed profile (a mapping). `source` names the file in errors; `base_dir` anchors paths."""
+    ctx = _Ctx(source, base_dir)
+    if not isinstance(data, Mapping):
+        ctx.fail("", f"must be a mapping of keys to values, got {_show(data)}")
+    _check_keys(data, tuple(_FIELDS), "", ctx)
+    if "model" not in data:
+        ctx.fail("model", "missing; name a Hugging Face repo id or a local model directory")
+    values = {k: _FIELDS[k](data[k], k, ctx) for k in data}
+    if "name" not in values:
+        values["name"] = Path(source).stem if source else "profile"
+    return Profile(**values, source=source)
+
+
+def _raw_vllm(v: VllmSection) -> dict[str, Any]:
+    return {f.name: getattr(v, f.name) for f in dataclasses.fields(v)}
+
+
+def _raw_profile(p: Profile) -> dict[str, Any]:
+    raw = {f.name: getattr(p, f.name) for f in dataclasses.fields(p) if f.name != "source"}
+    raw["vllm"] = _raw_vllm(p.vllm)
+    return raw

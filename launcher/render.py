@@ -1,0 +1,80 @@
+"""Human-readable output for plans."""
+
+from __future__ import annotations
+
+import shlex
+
+from launcher import vllm_pool as vp
+from launcher.planning import Plan
+from launcher.units import GiB, KiB
+
+
+def _g(b: int | float) -> str:
+    return f"{b / GiB:8.2f}"
+
+
+def render_plan(plan: Plan) -> str:
+    p, prof, m = plan.prediction, plan.profile, plan.machine
+    a = p.args
+    kind = "unified memory" if m.unified else f"{m.gpus} GPU(s)" if m.gpus > 1 else "per GPU"
+    lines = [
+        f"{prof.name}: {prof.model} on {m.name} ({m.total_bytes / GiB:.2f} GiB, {kind}), "
+        f"vLLM {vp.fmt_version(a.version)} ({a.engine}, {a.platform})",
+        f"  {plan.spec.describe()}, max_model_len {a.max_model_len:,}, {prof.users} users, "
+        f"tp {a.tensor_parallel_size}"
+        + (f", pp {a.pipeline_parallel_size}" if a.pipeline_parallel_size > 1 else "")
+        + f", max_num_batched_tokens {a.max_num_batched_tokens:,}, max_num_seqs {a.max_num_seqs}",
+        "",
+        "  bucket                 GiB",
+    ]
+    per_tok = p.kv_bytes_per_token
+    rows = []
+    if p.os_reserve_bytes:
+        rows.append(("OS reserve", p.os_reserve_bytes, "left to the OS, page cache and desktop"))
+    rows += [
+        ("weights", p.weights_bytes, plan.spec.describe() + (" per rank" if a.tensor_parallel_size > 1 else "")),
+        ("KV cache", p.kv_need_bytes, f"{prof.users} × {a.max_model_len:,} tokens × {per_tok / KiB:.1f} KiB"),
+        ("activation", p.activation_peak_bytes, f"profiling peak ({p.activation.model})"),
+        (
+            "overhead",
+            p.overhead_bytes,
+            f"non-torch {p.non_torch_bytes / GiB:.2f}, CUDA graphs {p.cudagraph_bytes / GiB:.2f}, "
+            f"CUDA context {p.context_bytes / GiB:.2f}",
+        ),
+    ]
+    biggest = {"weights": "weights", "kv_cache": "KV cache", "activation": "activation", "overhead": "overhead"}[
+        p.biggest_bucket
+    ]
+    for name, b, why in rows:
+        mark = " ◀ biggest" if name == biggest else ""
+        lines.append(f"  {name:<16}{_g(b)}   {why}{mark}")
+    lines.append(f"  {'total':<16}{_g(p.plan_total_bytes)}   of {m.total_bytes / GiB:.2f}")
+    lines.append("")
+    lines.append(
+        f"  gpu_memory_utilization {p.gpu_memory_utilization:.2f} → vLLM claims {p.requested_bytes / GiB:.2f} GiB; "
+        f"{p.util_reason}"
+    )
+    lay = p.layout
+    lines.append(
+        f"  available KV {p.available_kv_bytes / GiB:.2f} GiB → {p.pool.num_blocks:,} blocks of {lay.block_size} "
+        f"tokens ({lay.bytes_per_block / KiB:,.0f} KiB each"
+        + (f", {lay.n_groups} hybrid groups" if lay.hybrid else "")
+        + ")"
+    )
+    lines.append(f"  predicted log: {vp.format_tokens_line(p.pool, a.max_model_len, a.version, a.platform)}")
+    lines.append(f"  max users at {a.max_model_len:,} tokens: {p.max_users} (memory − OS − weights − overhead − "
+                 "activation, ÷ KV per request)")  # fmt: skip
+    lines.append("")
+    if plan.fits:
+        lines.append(f"fits: yes — {prof.users} users × {a.max_model_len:,} tokens, pool for "
+                     f"{p.pool.max_concurrency:.2f}")  # fmt: skip
+    else:
+        lines.append("fits: NO")
+        for r in ([plan.invalid] if plan.invalid else []) + list(p.reasons):
+            lines.append(f"  - {r}")
+        if p.fixes:
+            lines.append("  cheapest fixes: " + "; ".join(p.fixes))
+    lines.append("")
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in plan.env)
+    lines.append("command: " + (env + " " if env else "") + shlex.join(plan.argv))
+    return "\n".join(lines)
