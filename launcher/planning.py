@@ -216,7 +216,8 @@ def _os_reserve(profile: Profile, machine: Machine, reading: MemoryReading | Non
         return gib_to_bytes(float(profile.os_reserve_gib))
     if reading is not None:
         in_use = reading.total_bytes - reading.available_bytes
-        return max(OS_RESERVE_FLOOR, in_use + OS_RESERVE_HEADROOM)
+        floor = min(OS_RESERVE_FLOOR, reading.total_bytes * 15 // 100)  # small machines: 15 % of the memory
+        return max(floor, in_use + OS_RESERVE_HEADROOM)
     return OS_RESERVE_DEFAULT
 
 
