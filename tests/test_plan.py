@@ -305,7 +305,7 @@ def test_cpu_pool_against_real_logs(log: Path) -> None:
     util = float(log.stem.split("util")[1].split("-")[0])
     mml = int(log.stem.rsplit("-", 1)[1])
     # plan for the node total vLLM reported (the VM's memory grows while it runs)
-    code, d = plan_json("profiles/tiny-cpu.yaml", "--config", "tests/fixtures/tiny-llama/config.json",
+    _, d = plan_json("profiles/tiny-cpu.yaml", "--config", "tests/fixtures/tiny-llama/config.json",
                         "--gpu-memory-gib", auto["total"], "--gpu-memory-utilization",
                         str(util), "--max-model-len", str(mml), "--free-gib", auto["total"])  # fmt: skip
     logged = int(logparse.number(size["tokens"]))
