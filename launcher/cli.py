@@ -187,3 +187,55 @@ def plan(profile: str | None, as_json: bool, free_gib: float | None, **flags: An
         click.echo(render_plan(result))
     if not result.fits:
         sys.exit(EXIT_DOES_NOT_FIT)
+
+
+@main.command()
+@click.argument("log")
+@click.option("--profile", "profile", metavar="PROFILE", help="Compare against this profile's plan.")
+@_plan_options
+def check(log: str, profile: str | None, as_json: bool, free_gib: float | None, **flags: Any) -> None:
+    """Read a vLLM startup log: the numbers it states, the failure and its fix, and predicted vs logged.
+
+    With --profile or --config/--model the log's own flags (non-default args, engine config, version, total
+    memory) complete the plan, so `vlaunch check LOG --config config.json` needs nothing else.
+    Exit 0: vLLM started (or the log shows no failure), 1: the log shows a failure, 2: unreadable input.
+    """
+    from launcher.check import compare, flags_from_log, read_log, render_comparison, render_facts
+    from launcher.planning import make_plan
+    from launcher.units import gib_to_bytes
+
+    facts = read_log(log)
+    out: dict[str, Any] = facts.to_json()
+    comparison = None
+    note = None
+    if profile or flags.get("config") or flags.get("model"):
+        merged = {k: v for k, v in flags_from_log(facts).items()}
+        merged.update({k: v for k, v in flags.items() if v is not None})
+        if not merged.get("vllm_version") and facts.vllm_version:
+            merged["vllm_version"] = facts.vllm_version
+        if not merged.get("machine") and facts.total_memory_gib is not None and not profile:
+            merged["machine"] = "cpu" if facts.device == "cpu" else "cuda"
+            merged.setdefault("gpu_memory_gib", facts.total_memory_gib)
+        if not merged.get("machine") and not profile:
+            note = "the log states no total memory: give --machine to compare"
+        else:
+            p = build_profile(profile, merged)
+            free = free_gib if free_gib is not None else facts.free_memory_gib
+            plan_ = make_plan(p, free_bytes=None if free is None else gib_to_bytes(free))
+            comparison = compare(plan_, facts)
+            out["predicted"] = plan_.to_json()
+            out["diff"] = comparison.to_json()
+    out.setdefault("predicted", None)
+    out.setdefault("diff", None)
+    if note:
+        out["note"] = note
+    if as_json:
+        emit_json(out)
+    else:
+        click.echo(render_facts(facts))
+        if comparison is not None:
+            click.echo(render_comparison(comparison))
+        if note:
+            click.echo(f"note: {note}")
+    if facts.failure is not None:
+        sys.exit(1)

@@ -1,0 +1,211 @@
+"""`vlaunch check`: what a vLLM log states, what went wrong, and predicted vs logged by bucket."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from launcher.errors import VlaunchError
+from launcher.logparse import LogFacts, parse_stream
+from launcher.planning import Plan
+from launcher.units import GiB
+
+
+class LogError(VlaunchError):
+    """The log could not be read."""
+
+
+def read_log(path: str) -> LogFacts:
+    try:
+        with open(path, "rb") as fh:
+            return parse_stream(fh)
+    except FileNotFoundError:
+        raise LogError("no such file", source=path) from None
+    except IsADirectoryError:
+        raise LogError("is a directory, not a log file", source=path) from None
+    except OSError as e:
+        raise LogError(f"cannot read: {e.strerror}", source=path) from None
+
+
+# Flags a plan can take from the log itself (non-default args, engine config).
+def flags_from_log(f: LogFacts) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in ("max_model_len", "tensor_parallel_size", "pipeline_parallel_size", "gpu_memory_utilization",
+                "max_num_batched_tokens", "max_num_seqs", "block_size", "kv_cache_memory_bytes"):  # fmt: skip
+        v = getattr(f, key)
+        if v is not None:
+            out[key] = v
+    if f.dtype and f.dtype != "auto":
+        out["dtype"] = str(f.dtype).removeprefix("torch.")
+    if f.kv_cache_dtype and f.kv_cache_dtype != "auto":
+        out["kv_cache_dtype"] = f.kv_cache_dtype
+    if f.quantization:
+        out["quantization"] = f.quantization
+    if f.enforce_eager:
+        out["enforce_eager"] = True
+    return out
+
+
+@dataclass(frozen=True)
+class Row:
+    bucket: str
+    predicted: float | None  # GiB, or tokens / x for the pool rows
+    logged: float | None
+    unit: str
+
+    @property
+    def delta(self) -> float | None:
+        if self.predicted is None or self.logged is None:
+            return None
+        return self.predicted - self.logged
+
+    @property
+    def delta_pct(self) -> float | None:
+        if self.delta is None or not self.logged:
+            return None
+        return 100 * self.delta / self.logged
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "predicted": self.predicted,
+            "logged": self.logged,
+            "delta": None if self.delta is None else round(self.delta, 4),
+            "delta_pct": None if self.delta_pct is None else round(self.delta_pct, 2),
+            "unit": self.unit,
+        }
+
+
+@dataclass(frozen=True)
+class Comparison:
+    rows: tuple[Row, ...]
+    explained_by: str | None
+    explanation: str
+    notes: tuple[str, ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rows": {r.bucket: r.to_json() for r in self.rows},
+            "explained_by": self.explained_by,
+            "explanation": self.explanation,
+            "notes": list(self.notes),
+        }
+
+
+def _g(b: int) -> float:
+    return round(b / GiB, 4)
+
+
+def compare(plan: Plan, f: LogFacts) -> Comparison:
+    """Predicted vs logged for each bucket the log states; the bucket that explains most of the KV gap."""
+    p = plan.prediction
+    cpu = p.args.platform == "cpu"
+    rows: list[Row] = []
+    notes: list[str] = []
+    if f.total_memory_gib is not None:
+        rows.append(Row("total_memory", _g(plan.machine.total_bytes), f.total_memory_gib, "GiB"))
+        if abs(plan.machine.total_bytes / GiB - f.total_memory_gib) > 0.01:
+            notes.append(
+                f"vLLM saw {f.total_memory_gib} GiB of total memory; "
+                f"the plan assumed {plan.machine.total_bytes / GiB:.2f}"
+            )
+    if cpu:
+        rows.append(Row("non_kv (worker RSS)", _g(p.requested_bytes - p.available_kv_bytes), f.cpu_non_kv_gib, "GiB"))
+    else:
+        logged_w = f.model_loading_gib if f.model_loading_gib is not None else f.weights_gib
+        rows.append(Row("weights", _g(p.weights_bytes), logged_w, "GiB"))
+        rows.append(Row("activation", _g(p.activation_peak_bytes), f.activation_gib, "GiB"))
+        rows.append(Row("non_torch", _g(p.non_torch_bytes), f.non_torch_gib, "GiB"))
+        logged_cg = f.cudagraph_estimate_gib if p.args.cudagraph_in_budget else f.cudagraph_gib
+        rows.append(Row("cudagraph", _g(p.cudagraph_bytes), logged_cg, "GiB"))
+    rows.append(Row("available_kv", _g(p.available_kv_bytes), f.available_kv_gib, "GiB"))
+    rows.append(
+        Row(
+            "kv_pool_tokens",
+            float(p.pool.tokens),
+            None if f.kv_pool_tokens is None else float(f.kv_pool_tokens),
+            "tokens",
+        )
+    )
+    if f.num_blocks is not None:
+        rows.append(Row("num_blocks", float(p.pool.num_blocks), float(f.num_blocks), "blocks"))
+    rows.append(Row("max_concurrency", round(p.pool.max_concurrency, 2), f.max_concurrency, "x"))
+
+    # The KV gap is the sum of the non-KV buckets' errors (with the opposite sign) and of the budget's.
+    budget_rows = [r for r in rows if r.unit == "GiB" and r.bucket not in ("available_kv",) and r.delta is not None]
+    kv = next(r for r in rows if r.bucket == "available_kv")
+    explained_by, explanation = None, "the log states no bucket to compare"
+    if budget_rows:
+        worst = max(
+            budget_rows,
+            key=lambda r: abs((r.delta or 0.0) * (p.gpu_memory_utilization if r.bucket == "total_memory" else 1)),
+        )
+        explained_by = worst.bucket
+        d = worst.delta or 0.0
+        if kv.delta is not None:
+            explanation = (
+                f"available KV off by {kv.delta:+.2f} GiB; {worst.bucket} off by {d:+.2f} GiB "
+                f"({'over' if d > 0 else 'under'}-predicted) explains most of it"
+            )
+        else:
+            explanation = f"{worst.bucket} is the largest difference ({d:+.2f} GiB)"
+    return Comparison(tuple(rows), explained_by, explanation, tuple(notes))
+
+
+def render_facts(f: LogFacts) -> str:
+    lines = []
+    head = f"vLLM {f.vllm_version or '?'} ({f.engine or '?'}, {f.device or '?'})"
+    if f.model:
+        head += f": {f.model}"
+    lines.append(head)
+    settings = []
+    for label, v in (("max_model_len", f.max_model_len), ("tp", f.tensor_parallel_size),
+                     ("gpu_memory_utilization", f.gpu_memory_utilization), ("dtype", f.dtype),
+                     ("kv_cache_dtype", f.kv_cache_dtype), ("quantization", f.quantization)):  # fmt: skip
+        if v is not None:
+            settings.append(f"{label} {v}")
+    if settings:
+        lines.append("  " + ", ".join(settings))
+    for label, v, unit in (
+        ("total memory", f.total_memory_gib, "GiB"),
+        ("model loading", f.model_loading_gib, "GiB"),
+        ("available KV", f.available_kv_gib, "GiB"),
+        ("blocks", f.num_blocks, ""),
+        ("KV pool", f.kv_pool_tokens, "tokens"),
+        ("max concurrency", f.max_concurrency, "x"),
+        ("CUDA graphs", f.cudagraph_gib, "GiB"),
+        ("init engine", f.init_engine_seconds, "s"),
+    ):
+        if v is not None:
+            shown = f"{v:,}" if isinstance(v, int) else f"{v}"
+            lines.append(f"  {label:<16} {shown} {unit}".rstrip())
+    if f.failure:
+        lines.append(f"failed: {f.failure.kind}: {f.failure.message}")
+        lines.append(f"  fix: {f.failure.fix}")
+    else:
+        lines.append("started" if f.started else "no pool line and no failure (truncated log?)")
+    return "\n".join(lines)
+
+
+def render_comparison(c: Comparison) -> str:
+    lines = ["", f"  {'':<22}{'predicted':>14}{'logged':>14}{'diff':>12}"]
+    for r in c.rows:
+
+        def show(x: float | None, unit: str = r.unit) -> str:
+            if x is None:
+                return "—"
+            return f"{x:,.0f}" if unit in ("tokens", "blocks") else f"{x:,.2f}"
+
+        pct = "" if r.delta_pct is None else f" ({r.delta_pct:+.1f}%)"
+        delta = "" if r.delta is None else show(r.delta)
+        lines.append(
+            f"  {r.bucket + ' (' + r.unit + ')':<22}{show(r.predicted):>14}{show(r.logged):>14}{delta:>12}{pct}"
+        )
+    lines.append(f"  {c.explanation}")
+    for n in c.notes:
+        lines.append(f"  note: {n}")
+    return "\n".join(lines)
+
+
+def log_path_ok(path: str) -> Path:
+    return Path(path)

