@@ -6,6 +6,7 @@ vllm_pool.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 from launcher import budget, formats
 from launcher import vllm_pool as vp
 from launcher.argv import vllm_argv
+from launcher.calibration import lookup_cpu_worker
 from launcher.checkpoint import find_checkpoint
 from launcher.errors import ConfigError, ProfileError
 from launcher.kv import kv_per_token
@@ -85,6 +87,7 @@ class Plan:
             "failure": "invalid_config" if self.invalid else p.failure,
             "reasons": reasons,
             "fixes": list(p.fixes),
+            "notes": list(p.notes),
             "engine": p.args.to_json(),
             "kv_layout": p.layout.to_json(),
             "activation": p.activation.to_json(),
@@ -139,6 +142,7 @@ def make_plan(
     live: bool = True,
     free_bytes: int | None = None,
     cpu_rss_bytes: int | None = None,
+    use_calibration: bool = True,
 ) -> Plan:
     """Resolve everything a prediction needs and run it."""
     src = _config_source(profile)
@@ -203,7 +207,15 @@ def make_plan(
         pp_rank=pp_rank,
         cpu_rss_bytes=cpu_rss_bytes,
     )
+    calibrated = None
+    if platform == "cpu" and cpu_rss_bytes is None and use_calibration:
+        calibrated = lookup_cpu_worker("cpu", vp.fmt_version(version), profile.vllm.python)
+        if calibrated is not None:
+            req = dataclasses.replace(req, cpu_rss_bytes=calibrated.base_bytes + weights)
     pred = budget.predict(req)
+    if calibrated is not None:
+        note = f"CPU worker memory calibrated from {calibrated.runs} run(s) of vLLM {vp.fmt_version(version)} here"
+        pred = dataclasses.replace(pred, notes=(*pred.notes, note))
     invalid = _tp_error(shape, args.tensor_parallel_size) or _max_len_error(shape, profile, env)
     hf_home = os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
     argv, launch_env = vllm_argv(profile, pred, spec, formats.detect(shape, src.hf_quant_config), hf_cache_dir=hf_home)

@@ -64,6 +64,8 @@ def render_plan(plan: Plan) -> str:
     lines.append(f"  predicted log: {vp.format_tokens_line(p.pool, a.max_model_len, a.version, a.platform)}")
     lines.append(f"  max users at {a.max_model_len:,} tokens: {p.max_users} (memory − OS − weights − overhead − "
                  "activation, ÷ KV per request)")  # fmt: skip
+    for n in p.notes:
+        lines.append(f"  note: {n}")
     lines.append("")
     if plan.fits:
         lines.append(f"fits: yes — {prof.users} users × {a.max_model_len:,} tokens, pool for "
