@@ -239,3 +239,124 @@ def check(log: str, profile: str | None, as_json: bool, free_gib: float | None, 
             click.echo(f"note: {note}")
     if facts.failure is not None:
         sys.exit(1)
+
+
+@main.command()
+@click.argument("profile")
+@click.option("--dry-run", is_flag=True, help="Print the plan, the guard's verdict and the command; start nothing.")
+@click.option("--force", is_flag=True, help="Launch even when the plan says it does not fit.")
+@click.option("--verbose", "-v", is_flag=True, help="Echo every vLLM line, not only the boot stages.")
+@click.option("--logs-dir", default="logs", show_default=True, help="Where run logs and records go.")
+@click.option("--stop-after-ready", is_flag=True, hidden=True)
+@_plan_options
+def serve(
+    profile: str,
+    dry_run: bool,
+    force: bool,
+    verbose: bool,
+    logs_dir: str,
+    stop_after_ready: bool,
+    as_json: bool,
+    free_gib: float | None,
+    **flags: Any,
+) -> None:
+    """Plan, guard and launch vLLM for PROFILE, check the prediction live, stop cleanly on Ctrl-C.
+
+    Exit 0 after a clean stop, 1 when vLLM fails to boot, 3 when the plan does not fit (unless --force),
+    4 when another vLLM holds the box.
+    """
+    from pathlib import Path
+
+    from launcher import guard
+    from launcher.launch import serve as run_server
+    from launcher.planning import make_plan
+    from launcher.render import render_plan
+    from launcher.units import gib_to_bytes
+
+    p = build_profile(profile, flags)
+    result = make_plan(p, free_bytes=None if free_gib is None else gib_to_bytes(free_gib))
+    holder = guard.read_holder()
+    foreign = [i for i in guard.scan() if i.role in ("server", "engine")]
+    verdict = "free"
+    if holder is not None:
+        verdict = guard.refusal(holder)
+    elif foreign:
+        shown = "; ".join(
+            f"pid {i.pid} ({i.role}, {i.rss_bytes / 2**30:.2f} GiB): {i.cmdline[:80]}" for i in foreign[:4]
+        )
+        verdict = f"vLLM processes already run on this box: {shown}; stop them with `vlaunch stop PID`"
+    if as_json and dry_run:
+        emit_json({"plan": result.to_json(), "guard": verdict, "argv": list(result.argv)})
+    else:
+        click.echo(render_plan(result))
+        click.echo(f"guard: {verdict}")
+    if not result.fits and not force:
+        click.echo("vlaunch: refusing to launch: the plan does not fit (--force to launch anyway)", err=True)
+        sys.exit(EXIT_DOES_NOT_FIT)
+    if verdict != "free":
+        click.echo(f"vlaunch: refusing to launch: {verdict}", err=True)
+        sys.exit(4)
+    if dry_run:
+        return
+    run = run_server(
+        result, logs_dir=Path(logs_dir), echo=click.echo, verbose=verbose, stop_after_ready=stop_after_ready
+    )
+    click.echo(f"run record: {run.record_path}")
+    sys.exit(run.exit_code)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def ps(as_json: bool) -> None:
+    """List the vLLM servers on this box, including ones vlaunch did not start."""
+    from launcher import guard
+
+    holder = guard.read_holder()
+    instances = guard.scan()
+    if as_json:
+        emit_json({"lock": holder, "instances": [i.to_json() for i in instances]})
+        return
+    if holder:
+        click.echo(
+            f"vlaunch lock: profile {holder.get('profile')!r}, vlaunch pid {holder.get('pid')}, "
+            f"vLLM pid {holder.get('vllm_pid')}, port {holder.get('port')}, log {holder.get('log')}"
+        )
+    if not instances:
+        click.echo("no vLLM processes on this box")
+    for i in instances:
+        click.echo(f"{i.pid:>8}  {i.role:<8} {i.rss_bytes / 2**30:6.2f} GiB  {i.cmdline[:100]}")
+
+
+@main.command()
+@click.argument("target", required=False)
+@click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait before killing.")
+def stop(target: str | None, timeout: float) -> None:
+    """Stop a vLLM server: by profile name, by pid, or the one vlaunch is running when none is given."""
+    import os
+    import signal as sig
+    import time
+
+    from launcher import guard
+    from launcher.errors import VlaunchError
+
+    holder = guard.read_holder()
+    pid: int | None = None
+    if target is None or (holder and target in (holder.get("profile"), str(holder.get("pid")))):
+        if not holder:
+            raise VlaunchError("no vlaunch-managed server is running; give a PID (see `vlaunch ps`)")
+        pid = int(holder["pid"])
+        os.kill(pid, sig.SIGTERM)  # the wrapper forwards it, waits, kills, and releases the lock
+        end = time.monotonic() + timeout + 10
+        while time.monotonic() < end and guard.read_holder() is not None:
+            time.sleep(0.2)
+        if guard.read_holder() is not None:
+            guard.stop_tree(pid, timeout=5)
+        click.echo(f"stopped {holder.get('profile')} (vlaunch pid {pid})")
+        return
+    if not target.isdigit():
+        raise VlaunchError(f"no running server for profile {target!r} (see `vlaunch ps`)")
+    pid = int(target)
+    if pid not in {i.pid for i in guard.scan()}:
+        raise VlaunchError(f"pid {pid} is not a vLLM process (see `vlaunch ps`)")
+    left = guard.stop_tree(pid, timeout=timeout)
+    click.echo(f"stopped pid {pid}" + (f"; still alive: {left}" if left else ""))

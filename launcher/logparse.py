@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 import contextlib
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -24,13 +24,16 @@ _N = r"-?[0-9][0-9,]*(?:\.[0-9]+)?"  # 34,952 / 34952 / 12.5 / 12.50 / -0.3
 
 
 def number(text: str) -> float:
-    """'34,952' -> 34952.0, '12.5' -> 12.5."""
-    return float(text.replace(",", ""))
+    """'34,952' -> 34952.0, '12.5' -> 12.5. Absurd figures (no finite float) raise ValueError."""
+    v = float(text.replace(",", "")[:40])
+    if v != v or v in (float("inf"), float("-inf")):
+        raise ValueError(text)
+    return v
 
 
 # --- cleaning --------------------------------------------------------------------------------------------------
 
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 
 # --- version and configuration ---------------------------------------------------------------------------------
 
@@ -204,13 +207,9 @@ ENGINE_INIT_FAILED = re.compile(r"Engine core initialization failed|EngineCore f
 
 # The cheap pre-filter: a line can matter only if it contains one of these (bytes, for chunk scanning).
 KEYWORDS: tuple[bytes, ...] = (
-    b"version", b"with config:", b"non-default args", b"Chunked prefill is enabled", b"loading took",
-    b"weights took", b"Available KV cache", b"for KV Cache", b"total_gpu_memory", b"model weights take",
-    b"Free memory on device", b"Graph capturing", b"CUDA graph", b"KV cache size", b"Maximum concurrency",
-    b"blocks:", b"Auto set", b"Explicitly set", b"for KV cache", b"Auto-fit", b"init engine", b"startup complete",
-    b"Error", b"rror:", b"out of memory", b"max seq len", b"No available memory", b"Available memory on node",
-    b"max_model_len", b"divisible", b"Engine core initialization failed", b"failed to start",
-    b"Overriding num_gpu_blocks", b"kv cache memory in use", b"Traceback", b"ERROR", b"capture",
+    b"GiB", b" GB", b"version", b"config", b"non-default", b"Chunked", b"aptur", b"cache size", b"tokens per",
+    b"blocks", b"Auto", b"init engine", b"startup", b"API server", b"routes", b"emory", b"max seq len", b"rror",
+    b"failed",
 )  # fmt: skip
 
 
@@ -352,6 +351,8 @@ class LogParser:
     def __init__(self) -> None:
         self.facts = LogFacts()
         self._prev = ""
+        self._prev_single = ""
+        self._cur = ""
         self._recent: deque[str] = deque(maxlen=6)
         self._error_lines: list[str] = []
         self._engine_failed = False
@@ -398,12 +399,14 @@ class LogParser:
     def _feed(self, raw: str) -> None:
         f = self.facts
         f.lines_read += 1
-        line = ANSI.sub("", raw.replace("\r", "")).rstrip("\n")
-        if len(line) > 20000:
-            line = line[:20000]
+        line = raw[:20000].replace("\r", "").rstrip("\n")
+        if "\x1b" in line:
+            line = ANSI.sub("", line)
         joined = None
         if self._prev and not _looks_like_record_start(line):
             joined = self._prev + " " + line.strip()
+        self._prev_single = self._prev
+        self._cur = line
         self._prev = line if len(line) < 4000 else ""
         self._match(line)
         if joined is not None:
@@ -424,11 +427,11 @@ class LogParser:
             f.max_num_batched_tokens = int(m["mnbt"])
         if m := MODEL_LOADING.search(line):
             v = number(m["gib"])
-            if not continuation or not f.per_worker_loading_gib:
+            if not continuation or self._new_in_join(MODEL_LOADING):
                 f.per_worker_loading_gib.append(v)
                 f.model_loading_gib = max(f.per_worker_loading_gib)
         if m := AVAILABLE_KV.search(line):
-            if not continuation or not f.per_worker_available_kv_gib:
+            if not continuation or self._new_in_join(AVAILABLE_KV):
                 f.per_worker_available_kv_gib.append(number(m["gib"]))
                 f.available_kv_gib = min(f.per_worker_available_kv_gib)
             f.engine = f.engine or "v1"
@@ -514,12 +517,18 @@ class LogParser:
             f.api_ready = True
         self._failures(line)
 
+    def _new_in_join(self, pattern: re.Pattern[str]) -> bool:
+        """A wrapped line's match is new only when neither half matched on its own."""
+        return not pattern.search(self._prev_single) and not pattern.search(self._cur)
+
     def _gate_failure(self, m: re.Match[str], line: str) -> None:
         f = self.facts
         free, total = number(m["free"]), number(m["total"])
         f.free_memory_gib, f.total_memory_gib = free, total
         util = _num(m["util"])
         req = _num(m["req"])
+        if req is not None:
+            f.requested_memory_gib = req
         if util is not None:
             f.gpu_memory_utilization = f.gpu_memory_utilization or util
         cpu = "node" in m.re.pattern and "Available memory on node" in line
@@ -606,7 +615,12 @@ class LogParser:
 
     def _fail(self, failure: Failure) -> None:
         cur = self.facts.failure
-        if cur is None or _FAILURE_RANK[failure.kind] > _FAILURE_RANK[cur.kind]:
+        better = cur is not None and cur.kind == failure.kind and failure.estimated_max_model_len is not None
+        if (
+            cur is None
+            or _FAILURE_RANK[failure.kind] > _FAILURE_RANK[cur.kind]
+            or (better and cur.estimated_max_model_len is None)
+        ):
             self.facts.failure = failure
 
     def _engine_config(self, cfg: str) -> None:
@@ -665,7 +679,7 @@ _VERSION_CONTEXT = ("vLLM", "LLM engine", "█", "▀", "api_server")
 
 
 def _looks_like_record_start(line: str) -> bool:
-    s = line.lstrip()
+    s = line.lstrip(" \t\x00")
     if not s:
         return True
     return bool(_RECORD_START.match(s))
@@ -674,7 +688,7 @@ def _looks_like_record_start(line: str) -> bool:
 _RECORD_START = re.compile(
     r"(?:\(\w[\w ]*pid=\d+[^)]*\)\s*)*(?:\x1b\[[0-9;]*m)?"
     r"(?:INFO|DEBUG|WARNING|ERROR|CRITICAL|Traceback|\[|\d{4}-\d\d-\d\d|"
-    r"[A-Z][a-z]{2} \d+|\d\d-\d\d \d\d:|\||#|-|\*|File \"|raise |\w+Error|\(\w)"
+    r"[A-Z][a-z]{2} \d+|\d\d-\d\d \d\d:|\||#|-|\*|File \"|raise |\w+Error|\(\w[\w ]*pid=)"
 )
 
 # --- streaming over files ---------------------------------------------------------------------------------------
@@ -682,9 +696,14 @@ _RECORD_START = re.compile(
 CHUNK = 8 << 20
 
 
-def _candidate_lines(fh: IO[bytes]) -> Iterator[bytes]:
+# Once vLLM is up, the rest of a log is request traffic: only a failure or a new boot can change the facts.
+AFTER_BOOT_KEYWORDS: tuple[bytes, ...] = (b"rror", b"version", b"non-default", b"emory")
+
+
+def _candidate_lines(fh: IO[bytes], keywords: Callable[[], tuple[bytes, ...]] = lambda: KEYWORDS) -> Iterator[bytes]:
     """Lines containing a keyword, plus the line after each (for wrapped lines), in file order."""
     tail = b""
+    carry = False  # the last line of the previous chunk was a keyword line: its continuation starts this one
     while True:
         block = fh.read(CHUNK)
         if not block:
@@ -695,14 +714,14 @@ def _candidate_lines(fh: IO[bytes]) -> Iterator[bytes]:
             tail = data[-CHUNK:] if len(data) > 4 * CHUNK else data  # one absurd line: keep its end only
             continue
         body, tail = data[: cut + 1], data[cut + 1 :]
-        yield from _scan(body)
+        carry = yield from _scan(body, keywords(), carry)
     if tail:
-        yield from _scan(tail + b"\n")
+        yield from _scan(tail + b"\n", keywords(), carry)
 
 
-def _scan(body: bytes) -> Iterator[bytes]:
-    starts: set[int] = set()
-    for kw in KEYWORDS:
+def _scan(body: bytes, keywords: tuple[bytes, ...], carry: bool) -> Generator[bytes, None, bool]:
+    starts: set[int] = {0} if carry else set()
+    for kw in keywords:
         i = body.find(kw)
         while i >= 0:
             s = body.rfind(b"\n", 0, i) + 1
@@ -717,12 +736,19 @@ def _scan(body: bytes) -> Iterator[bytes]:
             continue
         e = body.find(b"\n", s)
         yield body[s : e if e >= 0 else len(body)]
+    return len(body) in starts
 
 
 def parse_stream(fh: IO[bytes]) -> LogFacts:
     """Parse a whole log from a binary file object, in constant memory."""
     p = LogParser()
-    for raw in _candidate_lines(fh):
+
+    def keywords() -> tuple[bytes, ...]:
+        f = p.facts
+        booted = f.api_ready or f.init_engine_seconds is not None
+        return AFTER_BOOT_KEYWORDS if booted and f.failure is None else KEYWORDS
+
+    for raw in _candidate_lines(fh, keywords):
         p.feed(raw.decode("utf-8", errors="replace"))
     return p.finish()
 

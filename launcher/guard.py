@@ -1,0 +1,231 @@
+"""One vLLM per box unless the user budgets for more: an flock-held lock, and a scan for vLLM processes.
+
+The lock lives in $XDG_RUNTIME_DIR/vlaunch (or /tmp/vlaunch-<uid>) and is held by `vlaunch serve` for the
+server's whole life; the kernel drops it if the holder dies, so a crash never leaves the box locked. The scan
+finds vLLM servers and engine processes started by anyone, so a server vlaunch did not start is seen too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from launcher.errors import VlaunchError
+
+
+class GuardError(VlaunchError):
+    """Another vLLM holds the box."""
+
+    exit_code = 4
+
+
+def lock_dir() -> Path:
+    run = os.environ.get("XDG_RUNTIME_DIR")
+    base = Path(run) / "vlaunch" if run else Path(f"/tmp/vlaunch-{os.getuid()}")
+    base.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return base
+
+
+def lock_path() -> Path:
+    return lock_dir() / "serve.lock"
+
+
+class BoxLock:
+    """An exclusive, non-blocking flock on the box's lock file; the file carries who holds it."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or lock_path()
+        self._fd: int | None = None
+
+    def acquire(self, info: dict[str, Any]) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            holder = read_holder(self.path)
+            raise GuardError(refusal(holder), source=str(self.path)) from None
+        self._fd = fd
+        self.update(info)
+
+    def update(self, info: dict[str, Any]) -> None:
+        if self._fd is None:
+            return
+        data = json.dumps(info).encode()
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, data, 0)
+        os.fsync(self._fd)
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._fd, 0)
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        os.close(self._fd)
+        self._fd = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def __enter__(self) -> BoxLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def read_holder(path: Path | None = None) -> dict[str, Any] | None:
+    """Who holds the lock (None when nobody does)."""
+    path = path or lock_path()
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.pread(fd, 1 << 16, 0).decode(errors="replace")
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError:
+                data = {}
+            return data if isinstance(data, dict) else {}
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def refusal(holder: dict[str, Any] | None) -> str:
+    if not holder:
+        return "another vlaunch serve holds this box (starting up); wait or stop it with `vlaunch stop`"
+    since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(holder.get("since", 0)))
+    mem = ""
+    if holder.get("vllm_pid"):
+        rss = _tree_rss(int(holder["vllm_pid"]))
+        if rss:
+            mem = f", {rss / 2**30:.2f} GiB resident"
+    return (
+        f"a vLLM server already holds this box: profile {holder.get('profile')!r}, vlaunch pid {holder.get('pid')}, "
+        f"vLLM pid {holder.get('vllm_pid')}, since {since}{mem}, log {holder.get('log')}; "
+        f"stop it with `vlaunch stop {holder.get('profile')}` (or `vlaunch stop {holder.get('pid')}`)"
+    )
+
+
+# --- process scan -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Instance:
+    pid: int
+    role: str  # server | engine | worker | vlaunch
+    cmdline: str
+    rss_bytes: int
+    started: float
+    gpu_bytes: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pid": self.pid,
+            "role": self.role,
+            "cmdline": self.cmdline,
+            "rss_bytes": self.rss_bytes,
+            "started": self.started,
+            "gpu_bytes": self.gpu_bytes,
+        }
+
+
+def _role(cmd: list[str]) -> str | None:
+    text = " ".join(cmd)
+    low = text.lower()
+    if (" serve" in low or low.endswith("serve")) and ("vlaunch" in low or "-m launcher" in low):
+        return "vlaunch"
+    if "vllm::enginecore" in low or "enginecore" in low:
+        return "engine"
+    if "vllm::worker" in low or "vllmworker" in low or "vllm::" in low:
+        return "worker"
+    if "vllm.entrypoints" in low or ("vllm" in low and " serve" in low) or ("api_server" in low and "vllm" in low):
+        return "server"
+    return None
+
+
+def scan(exclude: set[int] | None = None) -> list[Instance]:
+    """vLLM processes running on this box, whoever started them."""
+    me = {os.getpid()} | (exclude or set())
+    out = []
+    for p in psutil.process_iter(["pid", "cmdline", "create_time", "memory_info"]):
+        try:
+            cmd = p.info["cmdline"] or []
+            role = _role(cmd)
+            if role is None or p.info["pid"] in me:
+                continue
+            out.append(
+                Instance(
+                    p.info["pid"],
+                    role,
+                    " ".join(cmd)[:300],
+                    p.info["memory_info"].rss if p.info["memory_info"] else 0,
+                    p.info["create_time"] or 0.0,
+                )
+            )
+        except (psutil.Error, TypeError):
+            continue
+    return sorted(out, key=lambda i: i.pid)
+
+
+def _tree_rss(pid: int) -> int:
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    total = 0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            total += p.memory_info().rss
+    return total
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def stop_tree(pid: int, *, timeout: float = 20.0, known: list[psutil.Process] | None = None) -> list[int]:
+    """terminate → wait → kill the process group of `pid` and every descendant; returns pids still alive (none)."""
+    procs: list[psutil.Process] = []
+    with contextlib.suppress(psutil.Error):
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    procs += [p for p in (known or []) if p.pid not in {q.pid for q in procs}]
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        pgid = os.getpgid(pid)
+        if pgid != os.getpgid(0):
+            os.killpg(pgid, signal.SIGTERM)
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        pgid = os.getpgid(pid)
+        if pgid != os.getpgid(0):
+            os.killpg(pgid, signal.SIGKILL)
+    _, alive = psutil.wait_procs(alive, timeout=5)
+    return [p.pid for p in alive]

@@ -1,0 +1,340 @@
+"""Start vLLM for a plan, watch its boot, check the prediction live, and stop it cleanly.
+
+The subprocess loop only moves lines: a reader thread queues vLLM's output, the main thread tees each line to the
+run log and feeds the Watcher (a small state machine over logparse), prints boot stages, compares the pool the
+moment vLLM states it, and cross-checks /metrics once /health answers. Signals stop vLLM's whole process group
+(terminate → wait → kill) and release the box lock on every path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import IO, Any
+
+import psutil
+
+from launcher import guard, logparse
+from launcher.check import compare, render_comparison
+from launcher.planning import Plan
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Stage(Enum):
+    STARTING = "starting"
+    LOADING = "loading weights"
+    PROFILING = "profiling"
+    KV = "KV cache allocated"
+    GRAPHS = "CUDA graphs / warm-up"
+    READY = "API up"
+    FAILED = "failed"
+
+
+_STAGE_TRIGGERS: tuple[tuple[Stage, tuple[str, ...]], ...] = (
+    (Stage.LOADING, ("Starting to load model", "Loading weights", "Loading model weights", "Loading safetensors")),
+    (Stage.PROFILING, ("Model loading took", "Loading weights took", "Loading model weights took", "Memory profiling")),
+    (Stage.KV, ("KV cache size:", "Available KV cache memory", "Auto set (", "Explicitly set (", " blocks: ")),
+    (Stage.GRAPHS, ("Capturing CUDA graph", "Graph capturing", "CUDA graph", "Warming up model", "init engine")),
+    (Stage.READY, ("Application startup complete",)),
+)
+
+
+@dataclass
+class Watcher:
+    """Feed it vLLM's lines; it tracks the boot stage and everything logparse extracts."""
+
+    parser: logparse.LogParser = field(default_factory=logparse.LogParser)
+    stage: Stage = Stage.STARTING
+    t0: float = field(default_factory=time.monotonic)
+    stages: dict[str, float] = field(default_factory=dict)
+    on_stage: Callable[[Stage, float], None] | None = None
+    pool_seen: bool = False
+
+    def feed(self, line: str) -> None:
+        self.parser.feed(line)
+        for stage, triggers in _STAGE_TRIGGERS:
+            if _order(stage) > _order(self.stage) and any(t in line for t in triggers):
+                self._enter(stage)
+        if self.parser.facts.failure is not None and self.stage is not Stage.FAILED:
+            self._enter(Stage.FAILED)
+
+    def _enter(self, stage: Stage) -> None:
+        self.stage = stage
+        elapsed = time.monotonic() - self.t0
+        self.stages[stage.value] = round(elapsed, 2)
+        if self.on_stage:
+            self.on_stage(stage, elapsed)
+
+    @property
+    def facts(self) -> logparse.LogFacts:
+        return self.parser.facts
+
+
+def _order(s: Stage) -> int:
+    return list(Stage).index(s)
+
+
+def utc_stamp() -> str:
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+
+
+def new_log_paths(profile: str, logs_dir: Path) -> tuple[Path, Path]:
+    """logs/<profile>-<UTC timestamp>.log and .json, never overwriting an existing run."""
+    logs_dir.mkdir(parents=True, exist_ok=True)
+    stamp = utc_stamp()
+    for n in range(1000):
+        suffix = "" if n == 0 else f"-{n}"
+        log = logs_dir / f"{profile}-{stamp}{suffix}.log"
+        try:
+            fd = os.open(log, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            continue
+        os.close(fd)
+        return log, log.with_suffix(".json")
+    raise RuntimeError("cannot create a run log")
+
+
+def http_get(url: str, timeout: float = 2.0) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read().decode(errors="replace")
+    except urllib.error.HTTPError as e:
+        return e.code, ""
+    except (urllib.error.URLError, OSError, TimeoutError):
+        return 0, ""
+
+
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def cache_config_info(metrics_text: str) -> dict[str, str] | None:
+    for line in metrics_text.splitlines():
+        if line.startswith("vllm:cache_config_info{"):
+            return dict(_LABEL.findall(line))
+    return None
+
+
+def metrics_check(facts: logparse.LogFacts, labels: dict[str, str] | None, block_size: int) -> dict[str, Any]:
+    """/metrics vllm:cache_config_info against the log: num_gpu_blocks, and kv_cache_size_tokens (0.28+)."""
+    if labels is None:
+        return {"available": False}
+    out: dict[str, Any] = {"available": True}
+    blocks = labels.get("num_gpu_blocks")
+    tokens = labels.get("kv_cache_size_tokens")
+    if blocks and blocks != "None":
+        out["num_gpu_blocks"] = int(blocks)
+        bs = int(labels.get("block_size", block_size) or block_size)
+        if facts.num_blocks is not None:
+            out["blocks_agree"] = int(blocks) == facts.num_blocks
+        elif facts.kv_pool_tokens is not None and facts.max_concurrency is not None:
+            out["blocks_agree"] = int(blocks) * bs >= facts.kv_pool_tokens
+    if tokens and tokens != "None":
+        out["kv_cache_size_tokens"] = int(tokens)
+        if facts.kv_pool_tokens is not None:
+            out["tokens_agree"] = int(tokens) == facts.kv_pool_tokens
+    out["agree"] = all(v for k, v in out.items() if k.endswith("_agree"))
+    return out
+
+
+class _Stop(Exception):
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+
+
+@dataclass
+class RunResult:
+    exit_code: int
+    record: dict[str, Any]
+    log: Path
+    record_path: Path
+
+
+def serve(
+    plan: Plan,
+    *,
+    logs_dir: Path,
+    echo: Callable[[str], None],
+    verbose: bool = False,
+    ready_timeout: float = 1800.0,
+    stop_after_ready: bool = False,
+) -> RunResult:
+    """Run vLLM under the guard until it exits or we are told to stop."""
+    profile = plan.profile
+    log_path, record_path = new_log_paths(profile.name, logs_dir)
+    lock = guard.BoxLock()
+    info: dict[str, Any] = {
+        "pid": os.getpid(),
+        "profile": profile.name,
+        "since": time.time(),
+        "log": str(log_path),
+        "port": profile.vllm.port,
+        "host": profile.vllm.host,
+        "vllm_pid": None,
+        "argv": list(plan.argv),
+    }
+    lock.acquire(info)
+    record: dict[str, Any] = {
+        "profile": profile.name,
+        "profile_path": profile.source,
+        "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "argv": list(plan.argv),
+        "log": str(log_path),
+        "predicted": plan.to_json(),
+    }
+    proc: subprocess.Popen[bytes] | None = None
+    known: list[psutil.Process] = []
+    watcher = Watcher(on_stage=lambda s, t: echo(f"[{t:7.1f}s] {s.value}"))
+    exit_code = 0
+    old_handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+
+    def _raise(signum: int, _frame: object) -> None:
+        raise _Stop(signum)
+
+    for signum in old_handlers:
+        signal.signal(signum, _raise)
+    t_start = time.monotonic()
+    log_fh: IO[bytes] = log_path.open("ab")
+    try:
+        env = {**os.environ, **dict(plan.env)}
+        proc = subprocess.Popen(
+            list(plan.argv),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,  # its own process group: we stop all of it, it never gets our terminal's ^C
+        )
+        info["vllm_pid"] = proc.pid
+        lock.update(info)
+        echo(f"vLLM pid {proc.pid}; log {log_path}")
+        lines: queue.Queue[bytes | None] = queue.Queue(maxsize=10000)
+        reader = threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True)
+        reader.start()
+        base = f"http://{_connect_host(profile.vllm.host)}:{profile.vllm.port}"
+        ready_at: float | None = None
+        compared = False
+        metrics_done = False
+        last_health = 0.0
+        while True:
+            try:
+                raw = lines.get(timeout=0.5)
+            except queue.Empty:
+                raw = b""
+            if raw is None:
+                break
+            if raw:
+                log_fh.write(raw)
+                text = raw.decode("utf-8", errors="replace")
+                if verbose:
+                    echo(text.rstrip("\n"))
+                watcher.feed(text)
+                if len(known) < 64 and watcher.stage in (Stage.LOADING, Stage.PROFILING, Stage.KV):
+                    known = _merge(known, guard.descendants(proc.pid))
+            f = watcher.facts
+            if not compared and (f.kv_pool_tokens is not None or f.num_blocks is not None):
+                compared = True
+                comparison = compare(plan, f)
+                record["diff"] = comparison.to_json()
+                echo("predicted vs logged:" + render_comparison(comparison))
+            if f.failure is not None and exit_code == 0:
+                exit_code = 1
+                echo(f"vLLM failed: {f.failure.kind}: {f.failure.message}")
+                echo(f"  fix: {f.failure.fix}")
+                break
+            now = time.monotonic()
+            if ready_at is None and now - last_health > 1.0 and watcher.stage in (Stage.GRAPHS, Stage.READY):
+                last_health = now
+                status, _ = http_get(base + "/health")
+                if status == 200:
+                    ready_at = now
+                    record["boot_seconds"] = round(now - t_start, 2)
+                    echo(f"[{now - t_start:7.1f}s] /health answers: {base}")
+            if ready_at is not None and not metrics_done:
+                metrics_done = True
+                _, text_m = http_get(base + "/metrics", timeout=5)
+                check = metrics_check(f, cache_config_info(text_m), plan.prediction.layout.block_size)
+                record["metrics_check"] = check
+                echo(f"/metrics cache_config_info: {_metrics_line(check)}")
+                record_path.write_text(json.dumps(_finish(record, watcher, None), indent=2))
+                echo(f"serving; run record {record_path}; Ctrl-C stops it")
+                if stop_after_ready:
+                    break
+            if ready_at is None and now - t_start > ready_timeout:
+                exit_code = 1
+                echo(f"vLLM did not come up within {ready_timeout:.0f} s")
+                break
+            if proc.poll() is not None and lines.empty() and not reader.is_alive():
+                break
+        if proc.poll() is not None and exit_code == 0 and ready_at is None:
+            exit_code = 1
+            echo(f"vLLM exited with code {proc.returncode} before it was ready")
+    except _Stop as stop:
+        echo(f"received {signal.Signals(stop.signum).name}: stopping vLLM")
+        record["stopped_by"] = signal.Signals(stop.signum).name
+    finally:
+        for signum in old_handlers:
+            signal.signal(signum, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the clean-up
+        leftover: list[int] = []
+        if proc is not None:
+            known = _merge(known, guard.descendants(proc.pid))
+            leftover = guard.stop_tree(proc.pid, known=known)
+            record["vllm_exit"] = proc.returncode
+        record["leftover_pids"] = leftover
+        record["exit"] = exit_code
+        with contextlib.suppress(OSError):
+            log_fh.close()
+        lock.release()
+        record_path.write_text(json.dumps(_finish(record, watcher, time.monotonic() - t_start), indent=2))
+        for signum, handler in old_handlers.items():
+            signal.signal(signum, handler)
+    return RunResult(exit_code, record, log_path, record_path)
+
+
+def _finish(record: dict[str, Any], watcher: Watcher, wall: float | None) -> dict[str, Any]:
+    record["logged"] = watcher.facts.to_json()
+    record["timings"] = {"stages": dict(watcher.stages), **({"wall_seconds": round(wall, 2)} if wall else {})}
+    return record
+
+
+def _metrics_line(check: dict[str, Any]) -> str:
+    if not check.get("available"):
+        return "not available"
+    parts = []
+    if "num_gpu_blocks" in check:
+        parts.append(f"num_gpu_blocks {check['num_gpu_blocks']:,}")
+    if "kv_cache_size_tokens" in check:
+        parts.append(f"kv_cache_size_tokens {check['kv_cache_size_tokens']:,}")
+    return ", ".join(parts) + (" — agrees with the log" if check.get("agree") else " — DISAGREES with the log")
+
+
+def _pump(stream: IO[bytes] | None, q: queue.Queue[bytes | None]) -> None:
+    if stream is None:
+        q.put(None)
+        return
+    with contextlib.suppress(ValueError, OSError):
+        for line in iter(stream.readline, b""):
+            q.put(line)
+    q.put(None)
+
+
+def _merge(a: list[psutil.Process], b: list[psutil.Process]) -> list[psutil.Process]:
+    seen = {p.pid for p in a}
+    return a + [p for p in b if p.pid not in seen]
+
+
+def _connect_host(host: str) -> str:
+    return "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
