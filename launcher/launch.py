@@ -27,7 +27,8 @@ from typing import IO, Any
 
 import psutil
 
-from launcher import guard, logparse
+from launcher import calibration, guard, logparse
+from launcher import vllm_pool as vp
 from launcher.check import compare, render_comparison
 from launcher.planning import Plan
 
@@ -48,7 +49,7 @@ _STAGE_TRIGGERS: tuple[tuple[Stage, tuple[str, ...]], ...] = (
     (Stage.LOADING, ("Starting to load model", "Loading weights", "Loading model weights", "Loading safetensors")),
     (Stage.PROFILING, ("Model loading took", "Loading weights took", "Loading model weights took", "Memory profiling")),
     (Stage.KV, ("KV cache size:", "Available KV cache memory", "Auto set (", "Explicitly set (", " blocks: ")),
-    (Stage.GRAPHS, ("Capturing CUDA graph", "Graph capturing", "CUDA graph", "Warming up model", "init engine")),
+    (Stage.GRAPHS, ("Capturing CUDA graph", "Graph capturing", "Warming up model", "init engine")),
     (Stage.READY, ("Application startup complete",)),
 )
 
@@ -247,6 +248,7 @@ def serve(
             f = watcher.facts
             if not compared and (f.kv_pool_tokens is not None or f.num_blocks is not None):
                 compared = True
+                _calibrate_cpu(plan, f, record)
                 comparison = compare(plan, f)
                 record["diff"] = comparison.to_json()
                 echo("predicted vs logged:" + render_comparison(comparison))
@@ -302,6 +304,28 @@ def serve(
         for signum, handler in old_handlers.items():
             signal.signal(signum, handler)
     return RunResult(exit_code, record, log_path, record_path)
+
+
+def _calibrate_cpu(plan: Plan, f: logparse.LogFacts, record: dict[str, Any]) -> None:
+    """A CPU run measures the worker's resident memory: keep it for the next plan on this box."""
+    p = plan.prediction
+    if p.args.platform != "cpu" or f.kv_pool_tokens is None or f.total_memory_gib is None:
+        return
+    if f.gpu_memory_utilization is None or f.requested_memory_gib is None or p.args.kv_cache_memory_bytes:
+        return
+    lay = p.layout
+    base = calibration.cpu_worker_from_log(
+        f.total_memory_gib,
+        float(f.gpu_memory_utilization),
+        f.kv_pool_tokens,
+        lay.bytes_per_block // lay.block_size,
+        p.weights_bytes,
+    )
+    with contextlib.suppress(OSError):
+        entry = calibration.record_cpu_worker(
+            "cpu", vp.fmt_version(p.args.version), plan.profile.vllm.python, base, f"serve {plan.profile.name}"
+        )
+        record["calibration"] = {"cpu_worker_base_bytes": entry.base_bytes, "runs": entry.runs}
 
 
 def _finish(record: dict[str, Any], watcher: Watcher, wall: float | None) -> dict[str, Any]:

@@ -84,3 +84,14 @@ def start_vllm(tmp_path: Path) -> Iterator:
     yield start
     for s in servers:
         s.stop()
+
+
+@pytest.fixture(scope="session")
+def _shared_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("vlaunch-config")
+
+
+@pytest.fixture(autouse=True)
+def _calibration_shared_across_e2e(_shared_config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real launches calibrate the CPU worker's memory; later e2e tests plan with it, as a user's box would."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(_shared_config))

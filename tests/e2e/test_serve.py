@@ -1,0 +1,105 @@
+"""`vlaunch serve` for real: boot, prediction, completion, /metrics, the guard, and a clean stop."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+
+from launcher import guard
+from tests.e2e.conftest import ROOT
+
+VLAUNCH = [sys.executable, "-m", "launcher"]
+
+
+def _wait_line(proc: subprocess.Popen[str], needle: str, out: list[str], timeout: float = 300) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        line = proc.stdout.readline() if proc.stdout else ""
+        if line:
+            out.append(line)
+            if needle in line:
+                return True
+        elif proc.poll() is not None:
+            return False
+    return False
+
+
+def test_serve_end_to_end(vllm_ready: None, tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    proc = subprocess.Popen(
+        [*VLAUNCH, "serve", "profiles/tiny-cpu.yaml", "--logs-dir", str(logs)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    out: list[str] = []
+    try:
+        assert _wait_line(proc, "serving; run record", out), "".join(out)[-4000:]
+        holder = guard.read_holder()
+        assert holder is not None and holder["profile"] == "tiny-cpu"
+        vllm_pid = int(holder["vllm_pid"])
+        tree = [psutil.Process(vllm_pid), *psutil.Process(vllm_pid).children(recursive=True)]
+        assert len(tree) >= 2  # API server, engine core, worker
+
+        # the wrapper's own memory while serving
+        wrapper_rss = psutil.Process(proc.pid).memory_info().rss
+        print(f"wrapper RSS while serving: {wrapper_rss / 2**20:.1f} MiB")
+        assert wrapper_rss <= 60 * 2**20
+
+        # the prediction, the log and /metrics agree
+        record = json.loads(next(logs.glob("tiny-cpu-*.json")).read_text())
+        predicted, logged = record["predicted"]["kv_pool_tokens"], record["logged"]["kv_pool_tokens"]
+        print(f"pool: predicted {predicted:,}, logged {logged:,} ({100 * (predicted - logged) / logged:+.2f}%)")
+        assert abs(predicted - logged) / logged <= 0.01
+        assert record["metrics_check"]["agree"] is True
+        assert record["metrics_check"]["kv_cache_size_tokens"] == logged
+
+        # a completion is answered
+        body = json.dumps({"model": record["predicted"]["model"], "prompt": "hello world", "max_tokens": 4}).encode()
+        req = urllib.request.Request("http://127.0.0.1:8123/v1/completions", body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            answer = json.loads(r.read())
+        assert answer["choices"][0]["text"]
+
+        # a second serve is refused at once, naming who holds the box
+        t0 = time.monotonic()
+        second = subprocess.run(
+            [*VLAUNCH, "serve", "profiles/tiny-cpu.yaml", "--logs-dir", str(logs)],
+            cwd=ROOT, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert second.returncode == 4, second.stderr
+        assert "already holds this box" in second.stderr and f"vlaunch pid {proc.pid}" in second.stderr
+        assert time.monotonic() - t0 < 10
+
+        # `vlaunch ps` sees it
+        ps = subprocess.run([*VLAUNCH, "ps", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=30)
+        assert vllm_pid in {i["pid"] for i in json.loads(ps.stdout)["instances"]}
+
+        # SIGINT: every process gone, the lock free
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+        _, alive = psutil.wait_procs(tree, timeout=10)
+        assert not alive, [p.pid for p in alive]
+        assert guard.read_holder() is None
+        final = json.loads(next(logs.glob("tiny-cpu-*.json")).read_text())
+        assert final["stopped_by"] == "SIGINT" and final["leftover_pids"] == []
+        assert next(logs.glob("tiny-cpu-*.log")).stat().st_size > 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        if proc.stdout:
+            proc.stdout.close()
+        holder = guard.read_holder()
+        if holder and holder.get("vllm_pid"):
+            guard.stop_tree(int(holder["vllm_pid"]))
