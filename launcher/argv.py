@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from launcher.formats import FormatSpec
@@ -13,6 +14,30 @@ if TYPE_CHECKING:
 # Formats vLLM quantizes online from a 16-bit checkpoint when asked with --quantization.
 _ONLINE = {"fp8": "fp8"}
 CONTAINER_HF_CACHE = "/root/.cache/huggingface"
+
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+
+
+def container_argv(
+    *, image: str, hf_cache_dir: str, env: list[tuple[str, str]], model: str, vllm_args: list[str]
+) -> list[str]:
+    """Render templates/docker-run.j2 (one argument per line) into an argv list."""
+    from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+    values = [image, hf_cache_dir, model, *vllm_args, *(f"{k}={v}" for k, v in env)]
+    if any("\n" in x or "\r" in x for x in values):
+        raise ValueError("a launch argument contains a line break")
+    jenv = Environment(loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined, autoescape=False)
+    text = jenv.get_template("docker-run.j2").render(
+        image=image,
+        hf_cache_dir=hf_cache_dir,
+        container_hf_cache=CONTAINER_HF_CACHE,
+        env=env,
+        model=model,
+        vllm_args=vllm_args,
+    )
+    return [line for line in text.splitlines() if line.strip()]
 
 
 def _engine_flags(profile: Profile, pred: Prediction, spec: FormatSpec, detected: FormatSpec) -> list[str]:
@@ -63,12 +88,13 @@ def vllm_argv(
         python = v.python or "python3"
         argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", profile.model, *net, *flags]
     elif v.launch == "container":
-        image = v.image or "nvcr.io/nvidia/vllm:latest"
-        docker = ["docker", "run", "--rm", "--gpus", "all", "--ipc", "host", "--network", "host"]
-        docker += ["-v", f"{hf_cache_dir}:{CONTAINER_HF_CACHE}"]
-        for k, val in env.items():
-            docker += ["-e", f"{k}={val}"]
-        argv = [*docker, image, "vllm", "serve", profile.model, *net, *flags]
+        argv = container_argv(
+            image=v.image or "nvcr.io/nvidia/vllm:latest",
+            hf_cache_dir=hf_cache_dir,
+            env=list(env.items()),
+            model=profile.model,
+            vllm_args=[*net, *flags],
+        )
     else:
         argv = [v.executable, "serve", profile.model, *net, *flags]
     return argv, env

@@ -310,3 +310,29 @@ def test_cpu_pool_against_real_logs(log: Path) -> None:
                         str(util), "--max-model-len", str(mml), "--free-gib", auto["total"])  # fmt: skip
     logged = int(logparse.number(size["tokens"]))
     assert abs(d["kv_pool_tokens"] - logged) / logged <= 0.01
+
+
+def test_container_argv_from_template(tmp_path: Path) -> None:
+    prof = tmp_path / "c.yaml"
+    prof.write_text(
+        "model: meta-llama/Llama-3.1-8B-Instruct\nmachine: dgx-spark\nmax_model_len: 8192\n"
+        "vllm: {launch: container, image: 'nvcr.io/nvidia/vllm:25.11-py3', env: {HF_HUB_OFFLINE: '1'},"
+        " extra_args: [--served-model-name, 'my model']}\n"
+    )
+    _, d = plan_json(str(prof))
+    argv = d["vllm_argv"]
+    assert argv[:2] == ["docker", "run"]
+    assert argv[argv.index("-e") + 1] == "HF_HUB_OFFLINE=1"
+    assert argv[argv.index("nvcr.io/nvidia/vllm:25.11-py3") + 1 : argv.index("nvcr.io/nvidia/vllm:25.11-py3") + 4] == [
+        "vllm",
+        "serve",
+        "meta-llama/Llama-3.1-8B-Instruct",
+    ]
+    assert argv[-2:] == ["--served-model-name", "my model"]  # one argument, space kept, no shell
+
+
+def test_container_argv_refuses_line_breaks() -> None:
+    from launcher.argv import container_argv
+
+    with pytest.raises(ValueError, match="line break"):
+        container_argv(image="i", hf_cache_dir="/h", env=[], model="m", vllm_args=["--x", "a\nb"])

@@ -103,3 +103,19 @@ def test_serve_end_to_end(vllm_ready: None, tmp_path: Path) -> None:
         holder = guard.read_holder()
         if holder and holder.get("vllm_pid"):
             guard.stop_tree(int(holder["vllm_pid"]))
+
+
+def test_boot_failure_is_classified_and_leaves_nothing(vllm_ready: None, tmp_path: Path) -> None:
+    """--force past the plan's refusal: vLLM's own start-up check fails; the reason and fix come from check."""
+    before = {i.pid for i in guard.scan()}
+    r = subprocess.run(
+        [*VLAUNCH, "serve", "profiles/tiny-cpu.yaml", "--gpu-memory-utilization", "0.99", "--force",
+         "--logs-dir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 1, r.stdout[-3000:]
+    assert "insufficient_free_memory" in r.stdout and "--gpu-memory-utilization" in r.stdout
+    assert {i.pid for i in guard.scan()} <= before
+    assert guard.read_holder() is None
+    record = json.loads(next(tmp_path.glob("tiny-cpu-*.json")).read_text())
+    assert record["exit"] == 1 and record["logged"]["failure"]["kind"] == "insufficient_free_memory"
