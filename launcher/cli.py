@@ -166,27 +166,123 @@ def build_profile(profile: str | None, flags: dict[str, Any]) -> Any:
     return p.with_overrides(vllm=vllm) if vllm else p
 
 
+def _bar_style(ascii_bar: bool) -> Any:
+    """Unicode blocks on a terminal that can show them; plain ASCII in pipes, files, CliRunner or with --ascii."""
+    out = sys.stdout
+    if ascii_bar or not out.isatty():
+        return "ascii"
+    try:
+        "█▓▒░▞·╳◀".encode(getattr(out, "encoding", None) or "ascii")
+    except (UnicodeEncodeError, LookupError):
+        return "ascii"
+    return "unicode"
+
+
+def _write_text(path: str, text: str) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as e:
+        raise VlaunchError(f"cannot write: {e.strerror}", source=path) from None
+
+
+def _compare_plans(main_plan: Any, names: str) -> list[Any]:
+    """The main plan's profile planned on each machine of a comma-separated list (aliases allowed)."""
+    from launcher.machines import canonical_machine_name
+    from launcher.planning import make_plan
+
+    wanted = [canonical_machine_name(n) for n in names.split(",") if n.strip()]
+    if not wanted:
+        raise VlaunchError("--compare needs machine names, e.g. --compare spark,h100,rtx4090")
+    if main_plan.machine.name not in wanted:
+        wanted.insert(0, main_plan.machine.name)
+    plans = []
+    for name in dict.fromkeys(wanted):
+        if name == main_plan.machine.name:
+            plans.append(main_plan)
+        else:
+            plans.append(make_plan(main_plan.profile.with_overrides(machine=name, gpu_memory_gib=None)))
+    return plans
+
+
 @main.command()
 @click.argument("profile", required=False)
 @_plan_options
-def plan(profile: str | None, as_json: bool, free_gib: float | None, **flags: Any) -> None:
+@click.option("--html", "html_path", metavar="FILE", help="Also write the memory picture as one HTML page.")
+@click.option("--compare", metavar="M1,M2,…", help="Draw the profile on these machines too (spark,h100,rtx4090).")
+@click.option("--ascii", "ascii_bar", is_flag=True, help="Draw the memory bar in plain ASCII.")
+def plan(
+    profile: str | None,
+    as_json: bool,
+    free_gib: float | None,
+    html_path: str | None,
+    compare: str | None,
+    ascii_bar: bool,
+    **flags: Any,
+) -> None:
     """Predict the four buckets, vLLM's KV pool and a safe gpu_memory_utilization.
 
     PROFILE is a YAML file or the name of one in profiles/. Flags mirror vLLM's and override the profile.
-    Exit code 3 when it does not fit (the reasons say which bucket and by how much).
+    --html FILE writes a bar per machine drawn to its capacity; --compare a,b,c plans the same profile on other
+    machines (bars in the page, one more bar each in the text). Exit code 3 when the plan does not fit (the
+    reasons say which bucket and by how much); the HTML is written all the same.
     """
     from launcher.planning import make_plan
-    from launcher.render import render_plan
+    from launcher.render import memory_bar, render_plan
     from launcher.units import gib_to_bytes
 
     p = build_profile(profile, flags)
     result = make_plan(p, free_bytes=None if free_gib is None else gib_to_bytes(free_gib))
+    plans = _compare_plans(result, compare) if compare else [result]
+    style = _bar_style(ascii_bar)
     if as_json:
-        emit_json(result.to_json())
+        data = result.to_json()
+        if compare:
+            data["compare"] = [x.to_json() for x in plans]
+        emit_json(data)
     else:
-        click.echo(render_plan(result))
+        click.echo(render_plan(result, bar=style))
+        if compare:
+            click.echo("\ncompare:")
+            for x in plans:
+                pr = x.prediction
+                buckets = [("OS reserve", pr.os_reserve_bytes), ("weights", pr.weights_bytes),
+                           ("KV cache", pr.kv_need_bytes), ("activation", pr.activation_peak_bytes),
+                           ("overhead", pr.overhead_bytes)]  # fmt: skip
+                verdict = "fits" if x.fits else "does NOT fit"
+                click.echo(f"  {x.machine.name}: {verdict}, max users {pr.max_users}")
+                click.echo(memory_bar(buckets, x.machine.total_bytes, style)[0])
+    if html_path:
+        from launcher.report import page_data, render_html
+
+        _write_text(html_path, render_html(page_data([x.to_json() for x in plans], description=p.description)))
+        if not as_json:
+            click.echo(f"html: {html_path}")
     if not result.fits:
         sys.exit(EXIT_DOES_NOT_FIT)
+
+
+def _plan_for_log(facts: Any, profile: str | None, flags: dict[str, Any], free_gib: float | None) -> Any:
+    """(plan, comparison, note) for a log: the profile / --config / --model, completed by the log's own flags."""
+    from launcher.check import compare, flags_from_log
+    from launcher.planning import make_plan
+    from launcher.units import gib_to_bytes
+
+    if not (profile or flags.get("config") or flags.get("model")):
+        return None, None, None
+    merged = {k: v for k, v in flags_from_log(facts).items()}
+    merged.update({k: v for k, v in flags.items() if v is not None})
+    if not merged.get("vllm_version") and facts.vllm_version:
+        merged["vllm_version"] = facts.vllm_version
+    if not merged.get("machine") and facts.total_memory_gib is not None and not profile:
+        merged["machine"] = "cpu" if facts.device == "cpu" else "cuda"
+        merged.setdefault("gpu_memory_gib", facts.total_memory_gib)
+    if not merged.get("machine") and not profile:
+        return None, None, "the log states no total memory: give --machine to compare"
+    p = build_profile(profile, merged)
+    free = free_gib if free_gib is not None else facts.free_memory_gib
+    plan_ = make_plan(p, free_bytes=None if free is None else gib_to_bytes(free))
+    return plan_, compare(plan_, facts), None
 
 
 @main.command()
@@ -200,31 +296,14 @@ def check(log: str, profile: str | None, as_json: bool, free_gib: float | None, 
     memory) complete the plan, so `vlaunch check LOG --config config.json` needs nothing else.
     Exit 0: vLLM started (or the log shows no failure), 1: the log shows a failure, 2: unreadable input.
     """
-    from launcher.check import compare, flags_from_log, read_log, render_comparison, render_facts
-    from launcher.planning import make_plan
-    from launcher.units import gib_to_bytes
+    from launcher.check import read_log, render_comparison, render_facts
 
     facts = read_log(log)
     out: dict[str, Any] = facts.to_json()
-    comparison = None
-    note = None
-    if profile or flags.get("config") or flags.get("model"):
-        merged = {k: v for k, v in flags_from_log(facts).items()}
-        merged.update({k: v for k, v in flags.items() if v is not None})
-        if not merged.get("vllm_version") and facts.vllm_version:
-            merged["vllm_version"] = facts.vllm_version
-        if not merged.get("machine") and facts.total_memory_gib is not None and not profile:
-            merged["machine"] = "cpu" if facts.device == "cpu" else "cuda"
-            merged.setdefault("gpu_memory_gib", facts.total_memory_gib)
-        if not merged.get("machine") and not profile:
-            note = "the log states no total memory: give --machine to compare"
-        else:
-            p = build_profile(profile, merged)
-            free = free_gib if free_gib is not None else facts.free_memory_gib
-            plan_ = make_plan(p, free_bytes=None if free is None else gib_to_bytes(free))
-            comparison = compare(plan_, facts)
-            out["predicted"] = plan_.to_json()
-            out["diff"] = comparison.to_json()
+    plan_, comparison, note = _plan_for_log(facts, profile, flags, free_gib)
+    if plan_ is not None and comparison is not None:
+        out["predicted"] = plan_.to_json()
+        out["diff"] = comparison.to_json()
     out.setdefault("predicted", None)
     out.setdefault("diff", None)
     if note:
@@ -288,7 +367,7 @@ def serve(
     if as_json and dry_run:
         emit_json({"plan": result.to_json(), "guard": verdict, "argv": list(result.argv)})
     else:
-        click.echo(render_plan(result))
+        click.echo(render_plan(result, bar=_bar_style(False)))
         click.echo(f"guard: {verdict}")
     if not result.fits and not force:
         click.echo("vlaunch: refusing to launch: the plan does not fit (--force to launch anyway)", err=True)
@@ -360,3 +439,122 @@ def stop(target: str | None, timeout: float) -> None:
         raise VlaunchError(f"pid {pid} is not a vLLM process (see `vlaunch ps`)")
     left = guard.stop_tree(pid, timeout=timeout)
     click.echo(f"stopped pid {pid}" + (f"; still alive: {left}" if left else ""))
+
+
+def _read_run_record(path: str) -> dict[str, Any] | None:
+    """The run record at PATH, or None when PATH is not JSON (then it is read as a vLLM log)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096).lstrip()
+    except FileNotFoundError:
+        raise VlaunchError("no such file", source=path) from None
+    except OSError as e:
+        raise VlaunchError(f"cannot read: {e.strerror}", source=path) from None
+    if not path.endswith(".json") and not head.startswith(b"{"):
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise VlaunchError(f"not a run record (invalid JSON: {e})", source=path) from None
+    if not isinstance(data, dict) or not isinstance(data.get("predicted"), dict):
+        raise VlaunchError("not a run record: no 'predicted' plan (written by `vlaunch serve`)", source=path)
+    return data
+
+
+def _profile_description(path: object) -> str:
+    from launcher.errors import VlaunchError as _E
+    from launcher.profiles import load_profile
+
+    if not isinstance(path, str) or not path:
+        return ""
+    try:
+        return load_profile(path).description
+    except (_E, OSError):
+        return ""
+
+
+@main.command()
+@click.argument("source", metavar="RUN.json|LOG")
+@click.option("--html", "html_path", metavar="FILE", required=True, help="Where to write the HTML page.")
+@click.option("--profile", "profile", metavar="PROFILE", help="For a LOG: compare against this profile's plan.")
+@_plan_options
+def report(
+    source: str, html_path: str, profile: str | None, as_json: bool, free_gib: float | None, **flags: Any
+) -> None:
+    """Write the memory picture for a run record or a vLLM log as one self-contained HTML page.
+
+    RUN.json (written by `vlaunch serve` in logs/): the predicted bar and predicted vs logged per bucket.
+    LOG: read like `vlaunch check LOG`; --profile or --config/--model give the plan, the log's own flags the
+    rest. Exit 0 written, 1 the log shows a failure (the page is written all the same), 2 bad input.
+    """
+    from launcher.report import page_data, render_html
+
+    record = _read_run_record(source)
+    if record is not None:
+        predicted = record["predicted"]
+        diff = record.get("diff") if isinstance(record.get("diff"), dict) else None
+        logged = record.get("logged") if isinstance(record.get("logged"), dict) else None
+        description = _profile_description(record.get("profile_path"))
+        if profile:
+            from pathlib import Path
+
+            from launcher.profiles import load_profile, resolve_profile_arg
+
+            description = load_profile(resolve_profile_arg(profile, Path.cwd() / "profiles")).description
+    else:
+        from launcher.check import read_log
+
+        facts = read_log(source)
+        plan_, comparison, note = _plan_for_log(facts, profile, flags, free_gib)
+        if plan_ is None or comparison is None:
+            raise VlaunchError(note or "a log needs a plan to draw: give --profile, --config or --model", source=source)
+        predicted, diff, logged = plan_.to_json(), comparison.to_json(), facts.to_json()
+        description = plan_.profile.description
+    try:
+        data = page_data([predicted], description=description, diff=diff, logged=logged)
+    except (KeyError, TypeError, ValueError) as e:
+        raise VlaunchError(f"not a run record: the predicted plan lacks {e}", source=source) from None
+    _write_text(html_path, render_html(data))
+    if as_json:
+        emit_json({"html": html_path, **data})
+    else:
+        click.echo(f"html: {html_path}")
+    if logged and logged.get("failure"):
+        sys.exit(1)
+
+
+@main.command()
+@click.argument("profile", required=False)
+@click.option("--as", "kind", required=True, type=click.Choice(["script", "systemd", "docker", "vllm-config"]),
+              help="script: bash launch script; systemd: a unit file; docker: `docker run` for NVIDIA's vLLM "
+              "container; vllm-config: YAML for `vllm serve --config`.")  # fmt: skip
+@click.option("-o", "--output", metavar="FILE", help="Write to FILE instead of stdout.")
+@_plan_options
+def render(
+    profile: str | None, kind: str, output: str | None, as_json: bool, free_gib: float | None, **flags: Any
+) -> None:
+    """Render PROFILE's planned launch as a script, a systemd unit, a docker command or a vLLM config file.
+
+    The values come from the plan (gpu_memory_utilization included), quoted for the target. Exit 3 when the
+    plan does not fit (the file is written all the same, with a warning).
+    """
+    from launcher.planning import make_plan
+    from launcher.templating import render_launch
+    from launcher.units import gib_to_bytes
+
+    p = build_profile(profile, flags)
+    result = make_plan(p, free_bytes=None if free_gib is None else gib_to_bytes(free_gib))
+    try:
+        text = render_launch(result, kind)
+    except ValueError as e:
+        raise VlaunchError(str(e)) from None
+    if output:
+        _write_text(output, text)
+    if as_json:
+        emit_json({"as": kind, "output": output, "fits": result.fits, "text": text})
+    elif not output:
+        click.echo(text, nl=False)
+    if not result.fits:
+        click.echo(f"vlaunch: warning: the plan does not fit on {result.machine.name}", err=True)
+        sys.exit(EXIT_DOES_NOT_FIT)

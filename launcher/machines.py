@@ -184,6 +184,26 @@ def _cuda_machine(
     return Machine("cuda", description, total_bytes, unified, "cuda", source=source)
 
 
+MACHINE_ALIASES: dict[str, str] = {
+    "spark": "dgx-spark", "dgx": "dgx-spark", "gb10": "dgx-spark",
+    "h100": "h100-80gb", "h100-80": "h100-80gb",
+    "a100": "a100-80gb", "a100-80": "a100-80gb", "a100-40": "a100-40gb",
+    "5090": "rtx5090", "4090": "rtx4090", "4080": "rtx4080", "3090": "rtx3090",
+    "rtx-5090": "rtx5090", "rtx-4090": "rtx4090", "rtx-4080": "rtx4080", "rtx-3090": "rtx3090",
+}  # fmt: skip
+"""Short names accepted where a list of machines is given (`plan --compare spark,h100,4090`)."""
+
+
+def canonical_machine_name(name: str) -> str:
+    """A machine name or alias ('spark', 'h100', '4090') → its catalog name; MachineError for an unknown one."""
+    key = name.strip().lower()
+    key = MACHINE_ALIASES.get(key, key)
+    if key in MACHINE_NAMES:
+        return key
+    get_machine(key)  # raises the unknown-machine error with suggestions
+    raise MachineError(f"unknown machine {name!r}")  # pragma: no cover
+
+
 def get_machine(name: str, *, gpu_memory_gib: float | None = None) -> Machine:
     """A catalog machine, its total replaced by `gpu_memory_gib` when given.
 

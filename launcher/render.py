@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from typing import Literal
 
 from launcher import vllm_pool as vp
 from launcher.planning import Plan
@@ -13,7 +14,49 @@ def _g(b: int | float) -> str:
     return f"{b / GiB:8.2f}"
 
 
-def render_plan(plan: Plan) -> str:
+BarStyle = Literal["unicode", "ascii"]
+BAR_WIDTH = 60
+# (label, unicode char, ascii char) in drawing order; then free and the overshoot past capacity.
+_BAR_CHARS = {
+    "OS reserve": ("░", ":"),
+    "weights": ("█", "#"),
+    "KV cache": ("▓", "="),
+    "activation": ("▒", "+"),
+    "overhead": ("▞", "-"),
+    "free": ("·", "."),
+    "over": ("╳", "!"),
+}
+
+
+def memory_bar(
+    buckets: list[tuple[str, int]], capacity: int, style: BarStyle = "ascii", width: int = BAR_WIDTH
+) -> list[str]:
+    """The buckets as one bar drawn to capacity (`[...]`), what does not fit spilling past `]`, and a legend."""
+    col = 0 if style == "unicode" else 1
+    used = sum(b for _, b in buckets)
+    scale = max(capacity, used, 1)
+    cells: list[str] = []
+    cum = 0
+    for name, b in buckets:
+        start = round(cum * width / scale)
+        cum += b
+        cells += [_BAR_CHARS[name][col]] * (round(cum * width / scale) - start)
+    cap_cols = round(capacity * width / scale)
+    inside = cells[:cap_cols] + [_BAR_CHARS["free"][col]] * (cap_cols - len(cells))
+    spill = [_BAR_CHARS["over"][col]] * (len(cells) - cap_cols)
+    legend = [f"{_BAR_CHARS[n][col]} {n} {b / GiB:.2f}" for n, b in buckets if b > 0]
+    if used <= capacity:
+        legend.append(f"{_BAR_CHARS['free'][col]} free {(capacity - used) / GiB:.2f}")
+    else:
+        legend.append(f"{_BAR_CHARS['over'][col]} over by {(used - capacity) / GiB:.2f}")
+    return [
+        "  [" + "".join(inside) + "]" + "".join(spill) + f"  {capacity / GiB:.2f} GiB",
+        "   " + "  ".join(legend) + " GiB",
+    ]
+
+
+def render_plan(plan: Plan, *, bar: BarStyle | None = "ascii") -> str:
+    """The plan as text; `bar` adds the memory bar under the bucket table (None: no bar)."""
     p, prof, m = plan.prediction, plan.profile, plan.machine
     a = p.args
     kind = "unified memory" if m.unified else f"{m.gpus} GPU(s)" if m.gpus > 1 else "per GPU"
@@ -49,6 +92,9 @@ def render_plan(plan: Plan) -> str:
         mark = " ◀ biggest" if name == biggest else ""
         lines.append(f"  {name:<16}{_g(b)}   {why}{mark}")
     lines.append(f"  {'total':<16}{_g(p.plan_total_bytes)}   of {m.total_bytes / GiB:.2f}")
+    if bar is not None:
+        lines.append("")
+        lines += memory_bar([(name, b) for name, b, _ in rows], m.total_bytes, bar)
     lines.append("")
     lines.append(
         f"  gpu_memory_utilization {p.gpu_memory_utilization:.2f} → vLLM claims {p.requested_bytes / GiB:.2f} GiB; "

@@ -1,0 +1,204 @@
+"""Launch files rendered from templates/: a bash script, a systemd unit, a `docker run` line, vLLM's --config YAML.
+
+Every template runs under Jinja2's StrictUndefined; each value passes through the filter its target needs
+(`shq` for bash, `systemd_arg` / `systemd_env` for unit files, `oneline` for comments), so a profile value can
+never break out of its quoting.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import TYPE_CHECKING, Any, Literal, get_args
+
+import yaml
+
+from launcher import __version__, formats
+from launcher.argv import CONTAINER_HF_CACHE, DEFAULT_IMAGE, TEMPLATES, container_argv, serve_args
+from launcher.units import GiB
+
+if TYPE_CHECKING:
+    from jinja2 import Environment
+
+    from launcher.planning import Plan
+
+RenderKind = Literal["script", "systemd", "docker", "vllm-config"]
+RENDER_KINDS: tuple[RenderKind, ...] = get_args(RenderKind)
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+
+
+def oneline(value: object) -> str:
+    """Control characters (newlines included) collapsed to one space: safe inside a comment line."""
+    return _CONTROL.sub(" ", str(value)).strip()
+
+
+def shq(value: object) -> str:
+    """A POSIX-shell-quoted word."""
+    return shlex.quote(str(value))
+
+
+def _systemd_escape(text: str) -> str:
+    out = text.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+    return out.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+
+
+def systemd_arg(value: object) -> str:
+    """One ExecStart= argument, double-quoted; `$` doubled so systemd does not expand it."""
+    return '"' + _systemd_escape(str(value)).replace("$", "$$") + '"'
+
+
+def systemd_env(name: str, value: object) -> str:
+    """One Environment= assignment, double-quoted as a whole."""
+    return '"' + _systemd_escape(f"{name}={value}") + '"'
+
+
+def systemd_text(value: object) -> str:
+    """A free-text value (Description=): one line, specifiers escaped."""
+    return oneline(value).replace("%", "%%")
+
+
+def arg_groups(argv: list[str]) -> list[list[str]]:
+    """argv split into display lines: an option with the value that follows it, or a lone word."""
+    out: list[list[str]] = []
+    for tok in argv:
+        if out and out[-1][0].startswith("-") and len(out[-1]) == 1 and not tok.startswith("-"):
+            out[-1].append(tok)
+        else:
+            out.append([tok])
+    return out
+
+
+def jinja_env(*, autoescape: bool) -> Environment:
+    """The template environment: templates/, StrictUndefined, the quoting filters."""
+    from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+    env = Environment(
+        loader=FileSystemLoader(TEMPLATES),
+        undefined=StrictUndefined,
+        autoescape=autoescape,
+        keep_trailing_newline=True,
+    )
+    env.filters.update(shq=shq, oneline=oneline, systemd_arg=systemd_arg, systemd_text=systemd_text)
+    env.globals.update(systemd_env=systemd_env, groups=arg_groups)
+    return env
+
+
+def _detected(plan: Plan) -> formats.FormatSpec:
+    return formats.detect(plan.shape, plan.source.hf_quant_config)
+
+
+def vllm_args(plan: Plan) -> list[str]:
+    """What follows `vllm serve MODEL` for this plan."""
+    return serve_args(plan.profile, plan.prediction, plan.spec, _detected(plan))
+
+
+def docker_argv(plan: Plan, *, hf_cache_dir: str | None = None) -> list[str]:
+    """`docker run …` for NVIDIA's vLLM container, whatever launch mode the profile itself uses."""
+    import os
+
+    v = plan.profile.vllm
+    home = hf_cache_dir or os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
+    return container_argv(
+        image=v.image or DEFAULT_IMAGE,
+        hf_cache_dir=home,
+        env=list(v.env),
+        model=plan.profile.model,
+        vllm_args=vllm_args(plan),
+    )
+
+
+def _scalar(text: str) -> Any:
+    if re.fullmatch(r"-?\d+", text):
+        return int(text)
+    if re.fullmatch(r"-?\d+\.\d+", text) and str(float(text)) == text:
+        return float(text)
+    return text
+
+
+def config_mapping(plan: Plan) -> dict[str, Any]:
+    """vLLM's `--config` mapping: `model` and the flat dashed long option names of the serve arguments.
+
+    `--key value` → `key: value`; a bare `--key` → `key: true`; `--key v1 v2` → a list; `--key=value` is split.
+    """
+    out: dict[str, Any] = {"model": plan.profile.model}
+    args = vllm_args(plan)
+    i = 0
+    while i < len(args):
+        tok = args[i]
+        if not tok.startswith("--") or tok == "--":
+            raise ValueError(f"cannot express vLLM argument {tok!r} in a --config file")
+        key, eq, inline = tok[2:].partition("=")
+        values: list[str] = [inline] if eq else []
+        i += 1
+        while not eq and i < len(args) and not args[i].startswith("--"):
+            values.append(args[i])
+            i += 1
+        value: Any = True if not values and not eq else _scalar(values[0]) if len(values) == 1 else values
+        if isinstance(value, list):
+            value = [_scalar(x) for x in value]
+        out[key] = value
+    return out
+
+
+def config_to_args(mapping: dict[str, Any]) -> list[str]:
+    """What vLLM makes of a --config mapping (reference §7), `model` excluded: for tests and round trips."""
+    import json
+
+    out: list[str] = []
+    for key, value in mapping.items():
+        if key == "model":
+            continue
+        if value is True:
+            out.append(f"--{key}")
+        elif value is False:
+            continue
+        elif isinstance(value, list):
+            out += [f"--{key}", *(str(x) for x in value)]
+        elif isinstance(value, dict):
+            out += [f"--{key}", json.dumps(value)]
+        else:
+            out += [f"--{key}", str(value)]
+    return out
+
+
+def _context(plan: Plan) -> dict[str, Any]:
+    import os
+
+    p = plan.prediction
+    return {
+        "version": __version__,
+        "profile": plan.profile.name,
+        "description": plan.profile.description,
+        "model": plan.profile.model,
+        "machine": plan.machine.name,
+        "argv": list(plan.argv),
+        "env": list(plan.env),
+        "fits": plan.fits,
+        "summary": (
+            f"weights {p.weights_bytes / GiB:.2f} GiB, KV cache {p.kv_need_bytes / GiB:.2f} GiB, "
+            f"activation {p.activation_peak_bytes / GiB:.2f} GiB, overhead {p.overhead_bytes / GiB:.2f} GiB, "
+            f"OS reserve {p.os_reserve_bytes / GiB:.2f} GiB; total {p.plan_total_bytes / GiB:.2f} "
+            f"of {plan.machine.total_bytes / GiB:.2f} GiB"
+        ),
+        "workdir": os.getcwd(),
+        "container_hf_cache": CONTAINER_HF_CACHE,
+    }
+
+
+def render_launch(plan: Plan, kind: str) -> str:
+    """One launch file for the plan: script, systemd, docker or vllm-config."""
+    if kind not in RENDER_KINDS:
+        raise ValueError(f"unknown render target {kind!r}; choose {', '.join(RENDER_KINDS)}")
+    ctx = _context(plan)
+    env = jinja_env(autoescape=False)
+    if kind == "script":
+        return env.get_template("launch.sh.j2").render(**ctx)
+    if kind == "systemd":
+        if any("\n" in a or "\r" in a for a in plan.argv):
+            raise ValueError("a launch argument contains a line break")
+        return env.get_template("vlaunch.service.j2").render(**ctx)
+    if kind == "docker":
+        return env.get_template("docker-run.sh.j2").render(**{**ctx, "argv": docker_argv(plan)})
+    body = yaml.safe_dump(config_mapping(plan), sort_keys=False, allow_unicode=True, default_flow_style=False)
+    return env.get_template("vllm-config.yaml.j2").render(**ctx, body=body)

@@ -1,0 +1,66 @@
+"""The memory picture in a real browser: Debian's chromium, headless, measures the bars' rendered widths."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from launcher.cli import main
+
+pytestmark = pytest.mark.browser
+
+FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+
+
+def _chromium() -> str:
+    for name in ("chromium", "chromium-browser"):
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.fail("chromium is not installed: apt-get install -y chromium chromium-driver (see .ci/run)")
+
+
+def _run(args: list[str], tmp: Path) -> str:
+    cmd = [_chromium(), *FLAGS, f"--user-data-dir={tmp / 'profile'}", *args]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return r.stdout
+
+
+def test_bar_widths_are_proportional_to_bytes(tmp_path: Path) -> None:
+    page = tmp_path / "plan.html"
+    r = CliRunner().invoke(main, ["plan", "llama8b-32k", "--compare", "spark,h100,rtx4090", "--html", str(page)])
+    assert r.exit_code == 0, r.stderr
+    shot = Path(__file__).parent.parent / ".cache" / "report-screenshot.png"
+    shot.parent.mkdir(exist_ok=True)
+    _run([f"--screenshot={shot}", "--window-size=1280,2000", page.as_uri()], tmp_path)
+    assert shot.stat().st_size > 10_000
+
+    dom = _run(["--window-size=1280,2000", "--dump-dom", page.as_uri() + "?measure"], tmp_path)
+    m = re.search(r'<pre id="measure">(.*?)</pre>', dom, re.S)
+    assert m is not None, "the page's measuring script did not run"
+    rows = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    assert {r["bar"] for r in rows} == {0, 1, 2}
+    assert any(r["key"] == "overshoot" for r in rows)  # the 4090 does not fit
+    # one scale for the page: px per byte the same for every segment, capacity box and overshoot
+    ref = max(rows, key=lambda r: r["bytes"])
+    px_per_byte = ref["px"] / ref["bytes"]
+    assert ref["px"] > 500
+    ratios = {}
+    for row in rows:
+        expected = row["bytes"] * px_per_byte
+        if expected < 20:  # sub-20 px slivers: allow half a pixel
+            assert abs(row["px"] - expected) <= 0.5, row
+        else:
+            assert row["px"] / expected == pytest.approx(1, rel=0.01), row
+        ratios[f"{row['bar']}:{row['key']}"] = round(row["px"] / expected, 5)
+    print("rendered/expected width ratios:", json.dumps(ratios))
