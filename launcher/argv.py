@@ -67,6 +67,10 @@ def _engine_flags(profile: Profile, pred: Prediction, spec: FormatSpec, detected
         flags += ["--block-size", str(profile.block_size)]
     if profile.kv_cache_memory_bytes is not None:
         flags += ["--kv-cache-memory-bytes", str(profile.kv_cache_memory_bytes)]
+    if profile.distributed_executor_backend:
+        flags += ["--distributed-executor-backend", profile.distributed_executor_backend]
+    if profile.enable_expert_parallel:
+        flags.append("--enable-expert-parallel")
     if profile.vllm.served_model_name:
         flags += ["--served-model-name", profile.vllm.served_model_name]
     return flags

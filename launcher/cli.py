@@ -369,19 +369,73 @@ def serve(
     else:
         click.echo(render_plan(result, bar=_bar_style(False)))
         click.echo(f"guard: {verdict}")
+    if p.nodes and dry_run:
+        _serve_cluster(p, result, dry_run, logs_dir, verbose, stop_after_ready, as_json)
     if not result.fits and not force:
         click.echo("vlaunch: refusing to launch: the plan does not fit (--force to launch anyway)", err=True)
         sys.exit(EXIT_DOES_NOT_FIT)
-    if verdict != "free":
+    if verdict != "free" and not dry_run:
         click.echo(f"vlaunch: refusing to launch: {verdict}", err=True)
         sys.exit(4)
     if dry_run:
+        return
+    if p.nodes:
+        _serve_cluster(p, result, dry_run, logs_dir, verbose, stop_after_ready, as_json)
         return
     run = run_server(
         result, logs_dir=Path(logs_dir), echo=click.echo, verbose=verbose, stop_after_ready=stop_after_ready
     )
     click.echo(f"run record: {run.record_path}")
     sys.exit(run.exit_code)
+
+
+def _serve_cluster(
+    p: Any, result: Any, dry_run: bool, logs_dir: str, verbose: bool, stop_after_ready: bool, as_json: bool
+) -> None:
+    """Several nodes: check every node, start Ray on them, check the cluster, run vLLM on the head, tear down."""
+    import os
+    from pathlib import Path
+
+    from launcher import cluster
+    from launcher.launch import serve as run_server
+
+    h = cluster.head(p)
+    if dry_run:
+        if not as_json:
+            click.echo("pre-flight on every node:")
+            for what, cmd in cluster.preflight_commands(p):
+                click.echo(f"  [{what}] {cmd.shown()}")
+            click.echo("Ray cluster:")
+            for cmd in cluster.start_commands(p):
+                click.echo(f"  {cmd.shown()}")
+            click.echo(f"  check: {cluster.resources_command(p).shown()}")
+            click.echo(f"vLLM on the head ({h.host}) with RAY_ADDRESS={h.host}:{cluster.RAY_PORT}")
+            click.echo("tear-down:")
+            for cmd in cluster.stop_commands(p):
+                click.echo(f"  {cmd.shown()}")
+        return
+    if not cluster.is_local(h):
+        raise cluster.ClusterError(f"run `vlaunch serve` on the head node ({h.host}); this machine is not it")
+    problems = cluster.preflight(p)
+    if problems:
+        raise cluster.ClusterError("nodes not ready, nothing started: " + "; ".join(problems))
+    click.echo("starting the Ray cluster:")
+    code = 1
+    try:
+        cluster.start(p, echo=click.echo)
+        world = p.tensor_parallel_size * p.pipeline_parallel_size
+        res = cluster.check_resources(p, world)
+        click.echo(f"Ray cluster: {res['nodes']} node(s), resources {res['resources']}")
+        os.environ["RAY_ADDRESS"] = f"{h.host}:{cluster.RAY_PORT}"
+        run = run_server(
+            result, logs_dir=Path(logs_dir), echo=click.echo, verbose=verbose, stop_after_ready=stop_after_ready
+        )
+        click.echo(f"run record: {run.record_path}")
+        code = run.exit_code
+    finally:
+        left = cluster.stop(p)  # also after a failed start: whatever came up goes down
+        click.echo("Ray stopped on every node" if not left else "; ".join(left))
+    sys.exit(code)
 
 
 @main.command()

@@ -201,6 +201,7 @@ INVALID_CONFIG = re.compile(
     r"User-specified max_model_len \((?P<mml>\d+)\) is greater than the derived max_model_len \((?P<what>[^)]*)\)"
     r"|must be divisible by tensor parallel size|is not divisible by|Invalid (?:argument|value)"
     r"|Quantization method specified in the model config \([^)]*\) does not match"
+    r"|current platform (?P<platform>\w+) does not support ray"
 )
 ERROR_LINE = re.compile(r"\b(?:[A-Z]\w*Error|Exception): (?P<message>.+)")
 ENGINE_INIT_FAILED = re.compile(r"Engine core initialization failed|EngineCore failed to start")
@@ -391,7 +392,8 @@ class LogParser:
                     "lower --max-model-len, raise --gpu-memory-utilization, or --kv-cache-dtype fp8",
                 )
         if f.failure is None and not f.started and (self._error_lines or self._engine_failed):
-            msg = self._error_lines[-1] if self._error_lines else "the engine core failed to start"
+            root = [e for e in self._error_lines if not ENGINE_INIT_FAILED.search(e)]
+            msg = (root or self._error_lines or ["the engine core failed to start"])[-1]
             f.failure = Failure("other", msg[:500], "read the error above; it is not a memory failure vlaunch knows")
         return f
 
@@ -600,6 +602,8 @@ class LogParser:
             self._fail(Failure("cuda_oom", msg, fix))
         if m := INVALID_CONFIG.search(line):
             fix = "lower --max-model-len" if m["mml"] else "fix the flag named in the message"
+            if m["platform"]:
+                fix = "--distributed-executor-backend mp (this platform runs tensor parallel without Ray)"
             if m["mml"]:
                 fix = (
                     f"lower --max-model-len to the model's limit ({m['what']}), or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"

@@ -43,6 +43,7 @@ class Plan:
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
     invalid: str | None = None  # vLLM's own refusal text for impossible settings
+    ranks: tuple[dict[str, Any], ...] = ()  # every rank: its stage, node, buckets and blocks
 
     @property
     def fits(self) -> bool:
@@ -92,6 +93,8 @@ class Plan:
             "kv_layout": p.layout.to_json(),
             "activation": p.activation.to_json(),
             "reading": self.reading.to_json() if self.reading else None,
+            "ranks": list(self.ranks),
+            "bottleneck_rank": next((r["rank"] for r in self.ranks if r["bottleneck"]), 0),
             "vllm_argv": list(self.argv),
             "vllm_env": dict(self.env),
             "predicted_log_line": vp.format_tokens_line(p.pool, p.args.max_model_len, p.args.version, p.args.platform),
@@ -176,50 +179,143 @@ def make_plan(
         force_v1=env.get("VLLM_USE_V1") == "1",
     )
 
-    # The bottleneck rank: the last pipeline stage holds the head and the sampler.
-    pp_rank = args.pipeline_parallel_size - 1
-    weights = budget.rank_weight_bytes(shape, ts, per_tensor, spec, args, pp_rank)
+    kv = kv_per_token(shape, args.kv_cache_dtype, args.tensor_parallel_size)
+    exact_extra = 0
     if args.tensor_parallel_size == 1 and args.pipeline_parallel_size == 1 and src.model_dir:
         ckpt = find_checkpoint(src.model_dir) if src.origin in ("directory", "hf-cache") else None
         if ckpt is not None and ckpt.total_bytes and spec == formats.detect(shape, src.hf_quant_config):
-            weights += ckpt.total_bytes - sum(per_tensor)  # exact bytes from the files
-
-    kv = kv_per_token(shape, args.kv_cache_dtype, args.tensor_parallel_size)
-    free = free_bytes
-    if free is None and reading is not None:
-        free = reading.available_bytes
-    reserve = _os_reserve(profile, machine, reading)
-    util = None if profile.gpu_memory_utilization == "auto" else float(profile.gpu_memory_utilization)
-    req = budget.PlanRequest(
-        shape=shape,
-        weights_bytes=weights,
-        kv_bytes_per_token=kv.per_token,
-        args=args,
-        total_bytes=machine.total_bytes,
-        unified=machine.unified,
-        users=profile.users,
-        gpu_memory_utilization=util,
-        os_reserve_bytes=reserve,
-        free_bytes=free,
-        overhead_bytes=None if profile.overhead_gib is None else gib_to_bytes(profile.overhead_gib),
-        biggest_pool=profile.biggest_pool,
-        gpus=machine.gpus,
-        pp_rank=pp_rank,
-        cpu_rss_bytes=cpu_rss_bytes,
-    )
+            exact_extra = ckpt.total_bytes - sum(per_tensor)  # exact bytes from the files
     calibrated = None
     if platform == "cpu" and cpu_rss_bytes is None and use_calibration:
         calibrated = lookup_cpu_worker("cpu", vp.fmt_version(version), profile.vllm.python)
-        if calibrated is not None:
-            req = dataclasses.replace(req, cpu_rss_bytes=calibrated.base_bytes + weights)
-    pred = budget.predict(req)
+    util = None if profile.gpu_memory_utilization == "auto" else float(profile.gpu_memory_utilization)
+    overhead = None if profile.overhead_gib is None else gib_to_bytes(profile.overhead_gib)
+
+    # Every pipeline stage on every node it runs on: TP peers on one machine are identical.
+    slots = _placements(profile, machine, reading, args, free_bytes)
+
+    def request(slot: _Slot, util_: float | None) -> budget.PlanRequest:
+        weights = budget.rank_weight_bytes(shape, ts, per_tensor, spec, args, slot.pp_rank) + exact_extra
+        rss = cpu_rss_bytes
+        if rss is None and calibrated is not None:
+            rss = calibrated.base_bytes + weights
+        return budget.PlanRequest(
+            shape=shape,
+            weights_bytes=weights,
+            kv_bytes_per_token=kv.per_token,
+            args=args,
+            total_bytes=slot.machine.total_bytes,
+            unified=slot.machine.unified,
+            users=profile.users,
+            gpu_memory_utilization=util_,
+            os_reserve_bytes=slot.reserve,
+            free_bytes=slot.free,
+            overhead_bytes=overhead,
+            biggest_pool=profile.biggest_pool,
+            gpus=slot.machine.gpus,
+            pp_rank=slot.pp_rank,
+            cpu_rss_bytes=rss,
+        )
+
+    # One gpu_memory_utilization for all ranks: what the hungriest rank needs, never above what any allows.
+    firsts: list[budget.Prediction] = []
+    if util is None and len(slots) > 1:
+        firsts = [budget.predict(request(sl, None)) for sl in slots]
+        util = max(p.gpu_memory_utilization for p in firsts)
+        if profile.biggest_pool or not all(sl.machine.unified for sl in slots):
+            util = min(p.gpu_memory_utilization for p in firsts)
+    preds = [budget.predict(request(sl, util)) for sl in slots]
+    worst = min(range(len(slots)), key=lambda i: (preds[i].pool.num_blocks, -slots[i].pp_rank))
+    pred = preds[worst]
+    if profile.gpu_memory_utilization == "auto" and len(slots) > 1:
+        pred = dataclasses.replace(pred, util_reason=firsts[worst].util_reason + " (one value for every rank)")
+    if not all(p.fits for p in preds):
+        bad = [(sl, p) for sl, p in zip(slots, preds, strict=True) if not p.fits]
+        reasons = tuple(f"rank {sl.ranks[0]} ({sl.node}): {r}" for sl, p in bad for r in p.reasons)
+        pred = dataclasses.replace(
+            pred, fits=False, reasons=reasons or pred.reasons, failure=bad[0][1].failure, fixes=bad[0][1].fixes
+        )
+    ranks = _rank_table(slots, preds, worst, shape, args)
     if calibrated is not None:
         note = f"CPU worker memory calibrated from {calibrated.runs} run(s) of vLLM {vp.fmt_version(version)} here"
         pred = dataclasses.replace(pred, notes=(*pred.notes, note))
     invalid = _tp_error(shape, args.tensor_parallel_size) or _max_len_error(shape, profile, env)
     hf_home = os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
     argv, launch_env = vllm_argv(profile, pred, spec, formats.detect(shape, src.hf_quant_config), hf_cache_dir=hf_home)
-    return Plan(profile, src, shape, spec, machine, reading, pred, tuple(argv), tuple(launch_env.items()), invalid)
+    return Plan(
+        profile, src, shape, spec, machine, reading, pred, tuple(argv), tuple(launch_env.items()), invalid, ranks
+    )
+
+
+@dataclass(frozen=True)
+class _Slot:
+    pp_rank: int
+    ranks: tuple[int, ...]  # global ranks (tp-major within a stage: rank = pp * tp + tp_rank)
+    node: str
+    machine: Machine
+    reserve: int
+    free: int | None
+
+
+def _placements(
+    profile: Profile, machine: Machine, reading: MemoryReading | None, args: budget.EngineArgs, free: int | None
+) -> list[_Slot]:
+    """Which machine each pipeline stage's ranks run on. One node: all of them; several: GPUs in node order."""
+    tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
+    if free is None and reading is not None:
+        free = reading.available_bytes
+    if not profile.nodes:
+        reserve = _os_reserve(profile, machine, reading)
+        return [_Slot(r, tuple(range(r * tp, (r + 1) * tp)), "local", machine, reserve, free) for r in range(pp)]
+    from launcher.machines import get_machine
+
+    order = sorted(profile.nodes, key=lambda n: n.role != "head")
+    gpu_owner: list[tuple[str, Machine, int]] = []
+    for n in order:
+        m = get_machine(n.machine, gpu_memory_gib=n.gpu_memory_gib)
+        reserve = _os_reserve(profile.with_overrides(os_reserve_gib=n.os_reserve_gib), m, None)
+        gpu_owner += [(n.host, m, reserve)] * n.gpus
+    if len(gpu_owner) < tp * pp:
+        raise ConfigError(
+            f"tensor_parallel_size {tp} × pipeline_parallel_size {pp} needs {tp * pp} GPUs; the nodes have "
+            f"{len(gpu_owner)}",
+            field="nodes",
+        )
+    slots: dict[tuple[int, str], list[int]] = {}
+    owners: dict[str, tuple[Machine, int]] = {}
+    for rank in range(tp * pp):
+        host, m, reserve = gpu_owner[rank]
+        slots.setdefault((rank // tp, host), []).append(rank)
+        owners[host] = (m, reserve)
+    return [_Slot(pp_r, tuple(rs), host, *owners[host], None) for (pp_r, host), rs in sorted(slots.items())]
+
+
+def _rank_table(
+    slots: list[_Slot], preds: list[budget.Prediction], worst: int, shape: ModelShape, args: budget.EngineArgs
+) -> tuple[dict[str, Any], ...]:
+    out = []
+    stages = budget.pp_layer_ranges(shape.num_layers, args.pipeline_parallel_size)
+    for i, (sl, p) in enumerate(zip(slots, preds, strict=True)):
+        for rank in sl.ranks:
+            out.append(
+                {
+                    "rank": rank,
+                    "pp_rank": sl.pp_rank,
+                    "tp_rank": rank % args.tensor_parallel_size,
+                    "node": sl.node,
+                    "machine": sl.machine.name,
+                    "layers": [stages[sl.pp_rank].start, stages[sl.pp_rank].stop],
+                    "weights_bytes": p.weights_bytes,
+                    "activation_peak_bytes": p.activation_peak_bytes,
+                    "non_torch_bytes": p.non_torch_bytes,
+                    "requested_bytes": p.requested_bytes,
+                    "available_kv_bytes": p.available_kv_bytes,
+                    "kv_pool_blocks": p.pool.num_blocks,
+                    "fits": p.fits,
+                    "bottleneck": i == worst,
+                }
+            )
+    return tuple(sorted(out, key=lambda r: r["rank"]))
 
 
 def _os_reserve(profile: Profile, machine: Machine, reading: MemoryReading | None) -> int:

@@ -69,6 +69,16 @@ FIELD_HELP: dict[str, str] = {
     "kv_cache_memory_bytes": "Fixed KV cache size instead of a utilization fraction (e.g. 12GiB, 4G).",
     "overhead_gib": "GiB of non-torch overhead to assume instead of the estimate.",
     "vllm": "How vLLM is launched.",
+    "distributed_executor_backend": "mp (one node, vLLM's multiprocessing) or ray (several nodes).",
+    "enable_expert_parallel": "Split MoE experts across ranks (expert parallel) instead of sharding each expert.",
+    "nodes": "Multi-node launch: a list of {host, role: head|worker, machine, gpus, ssh, os_reserve_gib}.",
+    "nodes.host": "Address the other nodes reach this one at (the head's is Ray's address).",
+    "nodes.role": "head (runs Ray's head and vllm serve) or worker.",
+    "nodes.machine": "This node's machine name (each node has its own memory and OS reserve).",
+    "nodes.gpus": "GPUs this node contributes.",
+    "nodes.ssh": "ssh destination for this node (default: host; loopback runs locally).",
+    "nodes.os_reserve_gib": "Memory kept for this node's OS (unified machines), or auto.",
+    "nodes.gpu_memory_gib": "Override this node's total memory per GPU.",
     "vllm.version": "vLLM version the pool prediction follows, e.g. 0.19.0 (default: detect).",
     "vllm.launch": "cli (the vllm executable), module (python -m vllm...) or container.",
     "vllm.executable": "The vllm command for cli launch.",
@@ -119,6 +129,26 @@ class VllmSection:
         return out
 
 
+NodeRole = Literal["head", "worker"]
+ExecutorBackend = Literal["mp", "ray"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeSpec:
+    """One machine of a multi-node launch (e.g. two DGX Sparks joined by their 200 Gb link)."""
+
+    host: str
+    role: NodeRole = "worker"
+    machine: MachineName = "dgx-spark"
+    gpus: int = 1
+    ssh: str | None = None  # ssh destination (user@host); default: host. Loopback hosts run locally.
+    os_reserve_gib: float | Auto = "auto"
+    gpu_memory_gib: float | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
 @dataclass(frozen=True, kw_only=True)
 class Profile:
     """A validated launch profile. Build one with load_profile or profile_from_mapping, which validate."""
@@ -145,6 +175,9 @@ class Profile:
     block_size: int | None = None
     kv_cache_memory_bytes: int | None = None
     overhead_gib: float | None = None
+    distributed_executor_backend: ExecutorBackend | None = None
+    enable_expert_parallel: bool = False
+    nodes: tuple[NodeSpec, ...] = ()
     vllm: VllmSection = field(default_factory=VllmSection)
     source: str | None = field(default=None, compare=False)  # the file it was read from; not a YAML key
 
@@ -166,6 +199,7 @@ class Profile:
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["vllm"] = self.vllm.to_json()
+        out["nodes"] = [n.to_json() for n in self.nodes]
         return out
 
 
@@ -561,6 +595,39 @@ def _vllm(v: object, path: str, ctx: _Ctx) -> Any:
     return VllmSection(**{k: _VLLM_FIELDS[k](v[k], _join(path, k), ctx) for k in v})
 
 
+_NODE_FIELDS: dict[str, _Check] = {
+    "host": _str,
+    "role": lambda v, p, c: _choice(v, p, c, ("head", "worker")),
+    "machine": lambda v, p, c: _choice(v, p, c, MACHINE_NAMES),
+    "gpus": _int,
+    "ssh": lambda v, p, c: _str(v, p, c, optional=True),
+    "os_reserve_gib": lambda v, p, c: _float(v, p, c, auto=True),
+    "gpu_memory_gib": lambda v, p, c: _float(v, p, c, optional=True, positive=True),
+}
+
+
+def _nodes(v: object, path: str, ctx: _Ctx) -> Any:
+    if v is None:
+        return ()
+    if not isinstance(v, list):
+        ctx.fail(path, f"must be a list of nodes, got {_show(v)}")
+    nodes = []
+    for i, item in enumerate(v):
+        p = f"{path}[{i}]"
+        if not isinstance(item, Mapping):
+            ctx.fail(p, f"must be a mapping, got {_show(item)}")
+        _check_keys(item, tuple(_NODE_FIELDS), p, ctx)
+        if "host" not in item:
+            ctx.fail(_join(p, "host"), "missing; give the node's address")
+        nodes.append(NodeSpec(**{k: _NODE_FIELDS[k](item[k], _join(p, k), ctx) for k in item}))
+    heads = [n for n in nodes if n.role == "head"]
+    if nodes and len(heads) != 1:
+        ctx.fail(path, f"needs exactly one node with role: head, got {len(heads)}")
+    if len({n.host for n in nodes}) != len(nodes):
+        ctx.fail(path, "two nodes have the same host")
+    return tuple(nodes)
+
+
 _FIELDS: dict[str, _Check] = {
     "name": _str,
     "description": lambda v, p, c: _str(v, p, c, empty_ok=True),
@@ -584,6 +651,9 @@ _FIELDS: dict[str, _Check] = {
     "block_size": _block_size,
     "kv_cache_memory_bytes": _kv_bytes,
     "overhead_gib": lambda v, p, c: _float(v, p, c, optional=True),
+    "distributed_executor_backend": lambda v, p, c: None if v is None else _choice(v, p, c, ("mp", "ray")),
+    "enable_expert_parallel": _bool,
+    "nodes": _nodes,
     "vllm": _vllm,
 }
 
@@ -609,4 +679,5 @@ def _raw_vllm(v: VllmSection) -> dict[str, Any]:
 def _raw_profile(p: Profile) -> dict[str, Any]:
     raw = {f.name: getattr(p, f.name) for f in dataclasses.fields(p) if f.name != "source"}
     raw["vllm"] = _raw_vllm(p.vllm)
+    raw["nodes"] = [n.to_json() for n in p.nodes]
     return raw

@@ -18,6 +18,7 @@ from launcher.profiles import (
     FIELD_HELP,
     MACHINE_NAMES,
     MachineName,
+    NodeSpec,
     Profile,
     VllmSection,
     load_profile,
@@ -312,6 +313,7 @@ def test_frozen() -> None:
 def test_every_field_has_help() -> None:
     keys = {f.name for f in dataclasses.fields(Profile)} - {"source"}
     keys |= {f"vllm.{f.name}" for f in dataclasses.fields(VllmSection)}
+    keys |= {f"nodes.{f.name}" for f in dataclasses.fields(NodeSpec)}
     assert keys == set(FIELD_HELP)
     assert all(text and "\n" not in text for text in FIELD_HELP.values())
 
