@@ -111,11 +111,11 @@ def render_plan(plan: Plan, *, bar: BarStyle | None = "ascii") -> str:
     lines.append(f"  max users at {a.max_model_len:,} tokens: {p.max_users} (memory − OS − weights − overhead − "
                  "activation, ÷ KV per request)")  # fmt: skip
     if len(plan.ranks) > 1:
-        b = next(r for r in plan.ranks if r["bottleneck"])
+        neck = next(r for r in plan.ranks if r["bottleneck"])
         lines.append(
             f"  ranks: {len(plan.ranks)} (tp {a.tensor_parallel_size} × pp {a.pipeline_parallel_size}); bottleneck "
-            f"rank {b['rank']} (stage {b['pp_rank']}, layers {b['layers'][0]}-{b['layers'][1] - 1}, {b['node']}): "
-            f"{b['kv_pool_blocks']:,} blocks; the pool is the minimum over ranks"
+            f"rank {neck['rank']} (stage {neck['pp_rank']}, layers {neck['layers'][0]}-{neck['layers'][1] - 1}, "
+            f"{neck['node']}): {neck['kv_pool_blocks']:,} blocks; the pool is the minimum over ranks"
         )
     for n in p.notes:
         lines.append(f"  note: {n}")
