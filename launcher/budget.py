@@ -7,6 +7,7 @@ comes from vllm_pool; this module decides what each term is for a given vLLM ver
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Literal
@@ -376,6 +377,18 @@ class PlanRequest:
     gpus: int = 1
     pp_rank: int = 0
     cpu_rss_bytes: int | None = None  # CPU backend: worker RSS at KV time, when measured
+    calibration: Calibrated | None = None  # measured terms from earlier runs of this version on this machine
+
+
+@dataclass(frozen=True)
+class Calibrated:
+    """Terms measured on this machine with this vLLM version; None keeps the version model's figure."""
+
+    non_torch_bytes: int | None = None
+    cudagraph_bytes: int | None = None
+    activation_scale: float | None = None  # logged ÷ modelled activation peak
+    weights_scale: float | None = None  # logged "Model loading took" ÷ modelled weights
+    note: str = ""
 
 
 def _util_floor(x: float) -> float:
@@ -411,12 +424,22 @@ def predict(req: PlanRequest) -> Prediction:
     kv_need = req.users * request_bytes
     textbook = req.overhead_bytes is not None
     act = activation_peak(s, a, textbook=textbook, pp_rank=req.pp_rank)
+    cal = req.calibration
+    if cal is not None and cal.activation_scale is not None and not textbook:
+        scaled = int(act.peak * cal.activation_scale)
+        act = Activation(act.forward, act.sampler, act.encoder, scaled, act.model + " (calibrated)")
+    if cal is not None and cal.weights_scale is not None:
+        req = dataclasses.replace(req, weights_bytes=int(req.weights_bytes * cal.weights_scale))
     if req.overhead_bytes is not None:
         non_torch, graphs, context = req.overhead_bytes, 0, 0
     elif a.platform == "cpu":
         non_torch, graphs, context = 0, 0, 0
     else:
         non_torch, graphs, context = non_torch_bytes(a), cudagraph_bytes(a), CUDA_CONTEXT
+        if cal is not None and cal.non_torch_bytes is not None:
+            non_torch = cal.non_torch_bytes
+        if cal is not None and cal.cudagraph_bytes is not None and graphs:
+            graphs = cal.cudagraph_bytes
     graphs_in_budget = graphs if a.cudagraph_in_budget and req.overhead_bytes is None else 0
     graphs_outside = graphs - graphs_in_budget
     overhead = non_torch + graphs + context
@@ -436,6 +459,8 @@ def predict(req: PlanRequest) -> Prediction:
     default_util = vp.default_utilization(v)
     reasons: list[str] = []
     notes: list[str] = []
+    if cal is not None and cal.note:
+        notes.append(cal.note)
     if req.gpu_memory_utilization is not None:
         util = req.gpu_memory_utilization
         why = "as given"

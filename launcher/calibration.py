@@ -86,3 +86,101 @@ def cpu_worker_from_log(
     requested = math.ceil(round(total_gib * GiB) * util)
     kv = kv_pool_tokens * block_bytes_per_token
     return int(requested - kv - weights_bytes)
+
+
+# --- GPU terms: fitted from run records and logs, per machine and vLLM version -----------------------------------
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One launch: what was predicted (a plan's JSON) and what vLLM logged (LogFacts' JSON)."""
+
+    machine: str
+    version: str
+    predicted: dict[str, Any]
+    logged: dict[str, Any]
+    source: str
+
+
+def machine_key(name: str, total_bytes: int) -> str:
+    """Catalog machines by name; `cuda`/`cpu` by their total too, so two different cards never share terms.
+
+    A `cuda` total that is a catalog GPU's (as a log states it, to 0.01 GiB) is that GPU.
+    """
+    if name == "cuda":
+        from launcher.machines import CATALOG
+
+        for m in CATALOG.values():
+            if not m.unified and f"{m.total_bytes / GiB:.2f}" == f"{total_bytes / GiB:.2f}":
+                return m.name
+    return name if name not in ("cuda", "cpu") else f"{name}-{total_bytes / GiB:.2f}GiB"
+
+
+def sample_from_record(record: dict[str, Any], source: str) -> Sample | None:
+    pred, logged = record.get("predicted"), record.get("logged")
+    if not isinstance(pred, dict) or not isinstance(logged, dict):
+        return None
+    machine = machine_key(str(pred.get("machine")), int(pred.get("machine_total_bytes") or 0))
+    return Sample(machine, str(pred.get("vllm_version")), pred, logged, source)
+
+
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+
+def fit(samples: list[Sample]) -> dict[str, Any]:
+    """The terms each version reports, as medians over the runs (robust to one odd launch)."""
+    nt1: list[float] = []
+    ntn: list[float] = []
+    graphs: list[float] = []
+    act: list[float] = []
+    weights: list[float] = []
+    for s in samples:
+        lg, pr = s.logged, s.predicted
+        tp = int((pr.get("engine") or {}).get("tensor_parallel_size") or 1)
+        pp = int((pr.get("engine") or {}).get("pipeline_parallel_size") or 1)
+        if lg.get("non_torch_gib") is not None and pp == 1:
+            (nt1 if tp == 1 else ntn).append(float(lg["non_torch_gib"]) * GiB)
+        in_budget = bool((pr.get("engine") or {}).get("cudagraph_in_budget"))
+        g = lg.get("cudagraph_estimate_gib") if in_budget else lg.get("cudagraph_gib")
+        if g is not None and tp == 1 and pp == 1:
+            graphs.append(float(g) * GiB)
+        if lg.get("activation_gib") and pr.get("activation_peak_bytes") and tp == 1 and pp == 1:
+            act.append(float(lg["activation_gib"]) * GiB / float(pr["activation_peak_bytes"]))
+        if lg.get("model_loading_gib") and pr.get("weights_bytes") and tp == 1 and pp == 1:
+            weights.append(float(lg["model_loading_gib"]) * GiB / float(pr["weights_bytes"]))
+    out: dict[str, Any] = {"runs": len(samples), "sources": sorted({s.source for s in samples})[:20]}
+    if nt1:
+        out["non_torch_bytes_tp1"] = int(_median(nt1))
+    if ntn:
+        out["non_torch_bytes_tp_many"] = int(_median(ntn))
+    if graphs:
+        out["cudagraph_bytes"] = int(_median(graphs))
+    if act:
+        out["activation_scale"] = round(_median(act), 4)
+    if weights:
+        out["weights_scale"] = round(_median(weights), 5)
+    return out
+
+
+def save_terms(groups: dict[tuple[str, str], dict[str, Any]], path: Path | None = None) -> Path:
+    path = path or calibration_path()
+    data = _load(path)
+    table = data.setdefault("terms", {})
+    for (machine, version), terms in groups.items():
+        table[f"{machine}|vllm {version}"] = {**terms, "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(
+        "# vlaunch calibration: terms measured from vLLM's own logs on this machine (see `vlaunch calibrate`).\n"
+        + yaml.safe_dump(data, sort_keys=True)
+    )
+    tmp.replace(path)
+    return path
+
+
+def lookup_terms(machine: str, version: str, path: Path | None = None) -> dict[str, Any] | None:
+    entry = _load(path or calibration_path()).get("terms", {}).get(f"{machine}|vllm {version}")
+    return entry if isinstance(entry, dict) else None

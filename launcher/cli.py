@@ -89,6 +89,11 @@ if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
 
 
+def _no_calibration(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        os.environ["VLAUNCH_NO_CALIBRATION"] = "1"
+
+
 def _plan_options(f: Any) -> Any:
     opts = [
         click.option("--config", "config", metavar="FILE", help="An explicit config.json (instead of a profile)."),
@@ -118,6 +123,13 @@ def _plan_options(f: Any) -> Any:
         click.option("--biggest-pool", is_flag=True, default=None, help="Let auto util take the largest safe pool."),
         click.option("--free-gib", type=float, help="Memory free at launch (GiB), when not read from this machine."),
         click.option("--json", "as_json", is_flag=True, help="Machine-readable output."),
+        click.option(
+            "--no-calibration",
+            is_flag=True,
+            expose_value=False,
+            callback=_no_calibration,
+            help="Ignore terms calibrated from earlier runs on this machine.",
+        ),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -612,3 +624,113 @@ def render(
     if not result.fits:
         click.echo(f"vlaunch: warning: the plan does not fit on {result.machine.name}", err=True)
         sys.exit(EXIT_DOES_NOT_FIT)
+
+
+@main.command()
+@click.argument("paths", nargs=-1)
+@click.option("--config", "config", metavar="FILE", help="config.json of the model in the LOGs (for raw logs).")
+@click.option("--model", "model", metavar="ID", help="Model of the LOGs, when they do not name one vlaunch knows.")
+@click.option("--dry-run", is_flag=True, help="Fit and print, but do not store.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def calibrate(paths: tuple[str, ...], config: str | None, model: str | None, dry_run: bool, as_json: bool) -> None:
+    """Fit the measured terms (activation, non-torch, CUDA graphs, CPU worker memory) from runs and logs.
+
+    PATHS are run records (logs/*.json, the default) or vLLM logs from anywhere. Terms are grouped by machine
+    and vLLM version and stored in $XDG_CONFIG_HOME/vlaunch/calibration.yaml; `plan` then uses the matching
+    group and says so. A group from another machine or version is never applied.
+    """
+    from pathlib import Path
+
+    from launcher import calibration
+    from launcher.check import flags_from_log, read_log
+    from launcher.errors import VlaunchError
+    from launcher.planning import make_plan
+
+    files: list[Path] = []
+    for p in paths or ("logs",):
+        path = Path(p)
+        if path.is_dir():
+            files += sorted(path.glob("*.json")) + ([] if paths == () else sorted(path.glob("*.log")))
+        elif path.exists():
+            files.append(path)
+        else:
+            raise VlaunchError("no such file or directory", source=p)
+    samples: list[calibration.Sample] = []
+    skipped: list[str] = []
+    for f in files:
+        if f.suffix == ".json":
+            try:
+                record = json.loads(f.read_text())
+            except (OSError, json.JSONDecodeError):
+                skipped.append(f"{f}: not a run record")
+                continue
+            s = calibration.sample_from_record(record, str(f)) if isinstance(record, dict) else None
+        else:
+            facts = read_log(str(f))
+            if not facts.started:
+                skipped.append(f"{f}: the launch did not start")
+                continue
+            merged = flags_from_log(facts)
+            if facts.vllm_version:
+                merged["vllm_version"] = facts.vllm_version
+            if facts.total_memory_gib is not None:
+                merged["machine"] = "cpu" if facts.device == "cpu" else "cuda"
+                merged["gpu_memory_gib"] = facts.total_memory_gib
+            if config:
+                merged["config"] = config
+            merged["model"] = model or facts.model
+            if not merged.get("model") or not merged.get("machine"):
+                skipped.append(f"{f}: the log names no model or total memory")
+                continue
+            try:
+                plan_ = make_plan(build_profile(None, merged), live=False, use_calibration=False)
+            except VlaunchError as e:
+                skipped.append(f"{f}: {e.one_line()}")
+                continue
+            s = calibration.Sample(
+                calibration.machine_key(plan_.machine.name, plan_.machine.total_bytes),
+                facts.vllm_version or "?",
+                plan_.to_json(),
+                facts.to_json(),
+                str(f),
+            )
+        if s is None:
+            skipped.append(f"{f}: not a run record")
+            continue
+        samples.append(s)
+    groups: dict[tuple[str, str], list[calibration.Sample]] = {}
+    for s in samples:
+        groups.setdefault((s.machine, s.version), []).append(s)
+    fitted = {k: calibration.fit(v) for k, v in groups.items()}
+    stored = None
+    if fitted and not dry_run:
+        stored = calibration.save_terms(fitted)
+    if as_json:
+        emit_json(
+            {
+                "groups": [{"machine": m, "vllm_version": v, **t} for (m, v), t in fitted.items()],
+                "skipped": skipped,
+                "stored": str(stored) if stored else None,
+            }
+        )
+        return
+    for (m, v), t in fitted.items():
+        parts = [f"{t['runs']} run(s)"]
+        for key, label in (("activation_scale", "activation ×"), ("weights_scale", "weights ×")):
+            if key in t:
+                parts.append(f"{label}{t[key]}")
+        gib_terms = (
+            ("non_torch_bytes_tp1", "non-torch"),
+            ("non_torch_bytes_tp_many", "non-torch tp>1"),
+            ("cudagraph_bytes", "CUDA graphs"),
+        )
+        for key, label in gib_terms:
+            if key in t:
+                parts.append(f"{label} {t[key] / 2**30:.2f} GiB")
+        click.echo(f"{m}, vLLM {v}: " + ", ".join(parts))
+    for why in skipped:
+        click.echo(f"skipped {why}")
+    if not fitted:
+        click.echo("nothing to calibrate from")
+    elif stored:
+        click.echo(f"stored in {stored}")

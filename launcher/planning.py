@@ -15,7 +15,7 @@ from typing import Any
 from launcher import budget, formats
 from launcher import vllm_pool as vp
 from launcher.argv import vllm_argv
-from launcher.calibration import lookup_cpu_worker
+from launcher.calibration import lookup_cpu_worker, lookup_terms, machine_key
 from launcher.checkpoint import find_checkpoint
 from launcher.errors import ConfigError, ProfileError
 from launcher.kv import kv_per_token
@@ -145,7 +145,7 @@ def make_plan(
     live: bool = True,
     free_bytes: int | None = None,
     cpu_rss_bytes: int | None = None,
-    use_calibration: bool = True,
+    use_calibration: bool | None = None,
 ) -> Plan:
     """Resolve everything a prediction needs and run it."""
     src = _config_source(profile)
@@ -185,9 +185,24 @@ def make_plan(
         ckpt = find_checkpoint(src.model_dir) if src.origin in ("directory", "hf-cache") else None
         if ckpt is not None and ckpt.total_bytes and spec == formats.detect(shape, src.hf_quant_config):
             exact_extra = ckpt.total_bytes - sum(per_tensor)  # exact bytes from the files
+    if use_calibration is None:
+        use_calibration = os.environ.get("VLAUNCH_NO_CALIBRATION") in (None, "", "0")
     calibrated = None
     if platform == "cpu" and cpu_rss_bytes is None and use_calibration:
         calibrated = lookup_cpu_worker("cpu", vp.fmt_version(version), profile.vllm.python)
+    gpu_terms = None
+    if platform == "cuda" and use_calibration and profile.overhead_gib is None:
+        key = machine_key(machine.name, machine.total_bytes)
+        terms = lookup_terms(key, vp.fmt_version(version))
+        if terms:
+            nt_key = "non_torch_bytes_tp1" if args.tensor_parallel_size == 1 else "non_torch_bytes_tp_many"
+            gpu_terms = budget.Calibrated(
+                non_torch_bytes=terms.get(nt_key) if args.pipeline_parallel_size == 1 else None,
+                cudagraph_bytes=terms.get("cudagraph_bytes"),
+                activation_scale=terms.get("activation_scale"),
+                weights_scale=terms.get("weights_scale"),
+                note=f"calibrated from {terms.get('runs', 0)} run(s) of vLLM {vp.fmt_version(version)} on this {key}",
+            )
     util = None if profile.gpu_memory_utilization == "auto" else float(profile.gpu_memory_utilization)
     overhead = None if profile.overhead_gib is None else gib_to_bytes(profile.overhead_gib)
 
@@ -215,6 +230,7 @@ def make_plan(
             gpus=slot.machine.gpus,
             pp_rank=slot.pp_rank,
             cpu_rss_bytes=rss,
+            calibration=gpu_terms,
         )
 
     # One gpu_memory_utilization for all ranks: what the hungriest rank needs, never above what any allows.

@@ -43,7 +43,14 @@ def test_predicted_pool_within_1_percent(vllm_ready: None, start_vllm) -> None:
     calibration.record_cpu_worker("cpu", "0.32.0", profile.vllm.python, base, "e2e calibration run")
     uncalibrated_error = (plan.prediction.pool.tokens - tokens) / tokens
     print(f"uncalibrated: {100 * uncalibrated_error:+.2f}% (worker base {base / 2**20:.0f} MiB)")
-    # 2. other utilizations and context lengths, predicted before launch
+    # 2. the same profile again: predicted from the one calibration run
+    _, plan, tokens, _ = _launch(start_vllm, 0.3, 2048)
+    error = (plan.prediction.pool.tokens - tokens) / tokens
+    print(
+        f"same profile after one run: predicted {plan.prediction.pool.tokens:,} logged {tokens:,} ({100 * error:+.3f}%)"
+    )
+    assert abs(error) <= 0.003
+    # 3. other utilizations and context lengths, predicted before launch
     for util, mml in ((0.45, 4096), (0.35, 1024)):
         _, plan, tokens, _ = _launch(start_vllm, util, mml)
         error = (plan.prediction.pool.tokens - tokens) / tokens
