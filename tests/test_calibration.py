@@ -72,16 +72,13 @@ def test_calibration_of_another_version_or_machine_is_not_applied() -> None:
 def test_calibration_keeps_the_safety_checks() -> None:
     """A calibrated plan still refuses what eats the OS reserve or fails vLLM's start-up check."""
     calibration.save_terms({("dgx-spark", "0.19.0"): {"runs": 3, "activation_scale": 0.1, "non_torch_bytes_tp1": 0}})
-    r = CliRunner().invoke(main, ["plan", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--machine", "dgx-spark",
-                                  "--vllm-version", "0.19.0", "--gpu-memory-utilization", "0.97", "--os-reserve-gib",
-                                  "10", "--max-model-len", "8192", "--json"])  # fmt: skip
+    base = ["plan", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--machine", "dgx-spark", "--vllm-version", "0.19.0"]
+    base += ["--max-model-len", "8192"]
+    r = CliRunner().invoke(main, [*base, "--gpu-memory-utilization", "0.97", "--os-reserve-gib", "10", "--json"])
     assert r.exit_code == 3
-    r2 = CliRunner().invoke(main, ["plan", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--machine", "dgx-spark",
-                                   "--vllm-version", "0.19.0", "--max-model-len", "8192", "--free-gib", "30"])  # fmt: skip
+    r2 = CliRunner().invoke(main, [*base, "--free-gib", "30"])
     assert "calibrated from 3 run(s) of vLLM 0.19.0 on this dgx-spark" in r2.stdout
-    assert "--no-calibration" not in r2.stdout
-    r3 = CliRunner().invoke(main, ["plan", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--machine", "dgx-spark",
-                                   "--vllm-version", "0.19.0", "--max-model-len", "8192", "--no-calibration"])  # fmt: skip
+    r3 = CliRunner().invoke(main, [*base, "--no-calibration"])
     assert "calibrated" not in r3.stdout
 
 
