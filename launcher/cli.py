@@ -365,7 +365,10 @@ def serve(
     from launcher.units import gib_to_bytes
 
     p = build_profile(profile, flags)
-    result = make_plan(p, free_bytes=None if free_gib is None else gib_to_bytes(free_gib))
+    free = None if free_gib is None else gib_to_bytes(free_gib)
+    if free is None and not p.nodes:
+        free = guard.live_free_bytes(p.machine)  # the start-up check against what is free right now
+    result = make_plan(p, free_bytes=free)
     holder = guard.read_holder()
     foreign = [i for i in guard.scan() if i.role in ("server", "engine")]
     verdict = "free"

@@ -12,6 +12,7 @@ import fcntl
 import json
 import os
 import signal
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,6 +165,7 @@ def _role(cmd: list[str]) -> str | None:
 def scan(exclude: set[int] | None = None) -> list[Instance]:
     """vLLM processes running on this box, whoever started them."""
     me = {os.getpid()} | (exclude or set())
+    gpu = gpu_memory_by_pid()
     out = []
     for p in psutil.process_iter(["pid", "cmdline", "create_time", "memory_info"]):
         try:
@@ -178,6 +180,7 @@ def scan(exclude: set[int] | None = None) -> list[Instance]:
                     " ".join(cmd)[:300],
                     p.info["memory_info"].rss if p.info["memory_info"] else 0,
                     p.info["create_time"] or 0.0,
+                    gpu.get(p.info["pid"]),
                 )
             )
         except (psutil.Error, TypeError):
@@ -229,3 +232,39 @@ def stop_tree(pid: int, *, timeout: float = 20.0, known: list[psutil.Process] | 
             os.killpg(pgid, signal.SIGKILL)
     _, alive = psutil.wait_procs(alive, timeout=5)
     return [p.pid for p in alive]
+
+
+def live_free_bytes(machine_name: str) -> int | None:
+    """What is free on this box now for the machine a profile names (the least free GPU, or available RAM on
+    unified memory); None when this box is not that machine, i.e. the plan is for another one."""
+    from launcher import machines
+
+    if machine_name in ("cpu", "auto"):
+        return None  # the plan reads this box itself
+    try:
+        here, reading = machines.detect()
+    except machines.MachineError:
+        return None
+    if here.backend == "cuda" and (machine_name == here.name or machine_name == "cuda"):
+        return reading.available_bytes
+    return None
+
+
+def gpu_memory_by_pid() -> dict[int, int]:
+    """GPU memory per process from nvidia-smi (empty where there is none, or on unified memory)."""
+    try:
+        r = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+    except (FileNotFoundError, OSError, subprocess.TimeoutExpired):
+        return {}
+    out: dict[int, int] = {}
+    for line in r.stdout.splitlines():
+        parts = [x.strip() for x in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+            out[int(parts[0])] = out.get(int(parts[0]), 0) + int(parts[1]) * 2**20
+    return out

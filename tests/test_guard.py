@@ -127,3 +127,11 @@ def test_run_logs_never_overwrite(tmp_path: Path) -> None:
     assert a[0] != b[0] and a[0].exists() and b[0].exists()
     assert a[1] == a[0].with_suffix(".json")
     json.dumps([str(x) for x in (*a, *b)])
+
+
+def test_live_free_only_for_this_machine() -> None:
+    # this box has no NVIDIA GPU: a plan for a catalog GPU is for another machine, so nothing is read
+    if guard.gpu_memory_by_pid() == {} and not __import__("shutil").which("nvidia-smi"):
+        assert guard.live_free_bytes("h100-80gb") is None
+        assert guard.live_free_bytes("dgx-spark") is None
+    assert guard.live_free_bytes("cpu") is None
