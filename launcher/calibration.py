@@ -137,6 +137,7 @@ def fit(samples: list[Sample]) -> dict[str, Any]:
     graphs: list[float] = []
     act: list[float] = []
     weights: list[float] = []
+    by_family: dict[str, list[float]] = {}
     for s in samples:
         lg, pr = s.logged, s.predicted
         tp = int((pr.get("engine") or {}).get("tensor_parallel_size") or 1)
@@ -148,7 +149,9 @@ def fit(samples: list[Sample]) -> dict[str, Any]:
         if g is not None and tp == 1 and pp == 1:
             graphs.append(float(g) * GiB)
         if lg.get("activation_gib") and pr.get("activation_peak_bytes") and tp == 1 and pp == 1:
-            act.append(float(lg["activation_gib"]) * GiB / float(pr["activation_peak_bytes"]))
+            ratio = float(lg["activation_gib"]) * GiB / float(pr["activation_peak_bytes"])
+            act.append(ratio)
+            by_family.setdefault(str(pr.get("model_type") or "?"), []).append(ratio)
         if lg.get("model_loading_gib") and pr.get("weights_bytes") and tp == 1 and pp == 1:
             weights.append(float(lg["model_loading_gib"]) * GiB / float(pr["weights_bytes"]))
     out: dict[str, Any] = {"runs": len(samples), "sources": sorted({s.source for s in samples})[:20]}
@@ -160,6 +163,10 @@ def fit(samples: list[Sample]) -> dict[str, Any]:
         out["cudagraph_bytes"] = int(_median(graphs))
     if act:
         out["activation_scale"] = round(_median(act), 4)
+        # where a model family has runs of its own, its scale (the sampler and MLP shapes differ by family)
+        fam = {k: round(_median(v), 4) for k, v in by_family.items() if len(v) >= 2}
+        if fam:
+            out["activation_scale_by_family"] = fam
     if weights:
         out["weights_scale"] = round(_median(weights), 5)
     return out

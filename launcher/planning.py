@@ -55,6 +55,7 @@ class Plan:
         return {
             "profile": self.profile.name,
             "model": self.profile.model,
+            "model_type": self.shape.model_type,
             "config": self.source.config_path,
             "machine": self.machine.name,
             "machine_total_bytes": self.machine.total_bytes,
@@ -199,7 +200,9 @@ def make_plan(
             gpu_terms = budget.Calibrated(
                 non_torch_bytes=terms.get(nt_key) if args.pipeline_parallel_size == 1 else None,
                 cudagraph_bytes=terms.get("cudagraph_bytes"),
-                activation_scale=terms.get("activation_scale"),
+                activation_scale=(terms.get("activation_scale_by_family") or {}).get(
+                    shape.model_type, terms.get("activation_scale")
+                ),
                 weights_scale=terms.get("weights_scale"),
                 note=f"calibrated from {terms.get('runs', 0)} run(s) of vLLM {vp.fmt_version(version)} on this {key}",
             )
