@@ -40,6 +40,17 @@ def _load(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def _store(path: Path, data: dict[str, Any]) -> None:
+    """Write the whole file atomically (a reader never sees half of it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(
+        "# vlaunch calibration: terms measured from vLLM's own logs on this machine (see `vlaunch calibrate`).\n"
+        + yaml.safe_dump(data, sort_keys=True)
+    )
+    tmp.replace(path)
+
+
 def _key(machine: str, version: str, python: str | None) -> str:
     return f"{machine}|vllm {version}|{python or 'vllm'}"
 
@@ -69,13 +80,7 @@ def record_cpu_worker(
         "source": source,
         "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(
-        "# vlaunch calibration: terms measured from vLLM's own logs on this machine (see `vlaunch calibrate`).\n"
-        + yaml.safe_dump(data, sort_keys=True)
-    )
-    tmp.replace(path)
+    _store(path, data)
     return CpuWorker(mean, runs, source)
 
 
@@ -178,13 +183,7 @@ def save_terms(groups: dict[tuple[str, str], dict[str, Any]], path: Path | None 
     table = data.setdefault("terms", {})
     for (machine, version), terms in groups.items():
         table[f"{machine}|vllm {version}"] = {**terms, "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(
-        "# vlaunch calibration: terms measured from vLLM's own logs on this machine (see `vlaunch calibrate`).\n"
-        + yaml.safe_dump(data, sort_keys=True)
-    )
-    tmp.replace(path)
+    _store(path, data)
     return path
 
 
