@@ -98,3 +98,20 @@ def test_calibrate_command_from_logs(tmp_path: Path) -> None:
 def test_machine_key_matches_catalog_totals(name: str) -> None:
     assert calibration.machine_key(name, round(79.19 * 2**30)) == "h100-80gb"
     assert calibration.machine_key(name, round(50.00 * 2**30)) == "cuda-50.00GiB"
+
+
+def test_cpu_worker_running_mean_and_match() -> None:
+    a = calibration.record_cpu_worker("cpu", "0.32.0", "/v/bin/python", 700 * 2**20, "run 1")
+    b = calibration.record_cpu_worker("cpu", "0.32.0", "/v/bin/python", 710 * 2**20, "run 2")
+    assert (a.runs, b.runs) == (1, 2) and b.base_bytes == 705 * 2**20
+    assert calibration.lookup_cpu_worker("cpu", "0.32.0", "/v/bin/python") == b
+    assert calibration.lookup_cpu_worker("cpu", "0.31.0", "/v/bin/python") is None  # another version
+    assert calibration.lookup_cpu_worker("cpu", "0.32.0", "/other/python") is None  # another install
+    text = calibration.calibration_path().read_text()
+    assert text.startswith("# vlaunch calibration") and "cpu_worker" in text
+
+
+def test_cpu_worker_from_log_arithmetic() -> None:
+    # util0.3 log: ceil(8.71 GiB × 0.3) requested, 2,018,176 tokens × 1,024 B/token of KV, 1.4 MB of weights
+    base = calibration.cpu_worker_from_log(8.71, 0.3, 2_018_176, 1024, 1_443_840)
+    assert 700 * 2**20 < base < 720 * 2**20  # the log says 0.69 GiB consumed by non-KV usages
