@@ -221,8 +221,7 @@ def rank_weight_bytes(
         if t.role in ("norm", "sink") or t.part == "vision" or t.role == "router":
             total += b  # replicated on every rank
         elif t.gguf in ("attn_k", "attn_v") and tp > shape.num_kv_heads:
-            total += b * max(1, shape.num_kv_heads) // shape.num_kv_heads  # replicated KV heads: one head each
-            total -= b - b // max(1, shape.num_kv_heads)
+            total += b // shape.num_kv_heads  # tp > KV heads: every rank holds one replicated head
         elif t.role == "expert" and spec.name == "mxfp4" and args.platform == "cuda":
             out_f, in_f = t.shape
             i_rank = cdiv(min(out_f, in_f), tp)
@@ -418,9 +417,7 @@ def predict(req: PlanRequest) -> Prediction:
         max_num_batched_tokens=a.max_num_batched_tokens,
         version=v,
     )
-    request_bytes = per_req_blocks * lay.bytes_per_block // (lay.n_groups if lay.hybrid else 1)
-    if lay.hybrid:
-        request_bytes = per_req_blocks * lay.page_bytes * lay.group_size
+    request_bytes = per_req_blocks * lay.bytes_per_block  # hybrid: one block id spans group_size layers
     kv_need = req.users * request_bytes
     textbook = req.overhead_bytes is not None
     act = activation_peak(s, a, textbook=textbook, pp_rank=req.pp_rank)

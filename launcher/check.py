@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from launcher.errors import VlaunchError
@@ -205,7 +204,3 @@ def render_comparison(c: Comparison) -> str:
     for n in c.notes:
         lines.append(f"  note: {n}")
     return "\n".join(lines)
-
-
-def log_path_ok(path: str) -> Path:
-    return Path(path)

@@ -75,10 +75,8 @@ def count_model(spec: str, *, fmt: str | None = None, kv_cache_dtype: str = "aut
     detected = formats.detect(shape, src.hf_quant_config)
     fspec = formats.spec_for(fmt, shape, detected) if fmt else detected
     ckpt = None
-    if src.model_dir is not None and src.origin != "file":
+    if src.model_dir is not None and src.origin != "file":  # a bare config.json: nothing beside it is its weights
         ckpt = find_checkpoint(src.model_dir)
-    elif src.origin == "file":
-        ckpt = None  # a bare config.json: nothing beside it is assumed to belong to it
     if fmt and ckpt is not None and formats.normalize_name(fmt) != detected.name:
         ckpt = None  # the user asks about another format than the files on disk
     return CountResult(

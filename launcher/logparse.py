@@ -107,8 +107,6 @@ KV_MEMORY_SUGGESTION = re.compile(
     r"--kv-cache-memory=(?P<fit>\d+)`?(?: \([^)]*\))? to fit into requested memory, or "
     r"`?--kv-cache-memory=(?P<full>\d+)"
 )
-# "Current kv cache memory in use is 58.11 GiB."
-KV_IN_USE = re.compile(rf"Current kv cache memory in use is (?P<gib>{_N}) ?GiB")
 
 # --- CUDA graphs -----------------------------------------------------------------------------------------------
 
@@ -118,8 +116,6 @@ GRAPH_CAPTURE = re.compile(rf"Graph capturing finished in (?P<secs>{_N}) secs?(?
 CUDAGRAPH_ESTIMATE = re.compile(rf"Estimated CUDA graph memory: (?P<gib>{_N}) GiB")
 # "CUDA graph pool memory: 0.91 GiB (actual), 0.84 GiB (estimated), difference: 0.07 GiB (8.3%)."  (0.18+)
 CUDAGRAPH_POOL = re.compile(rf"CUDA graph pool memory: (?P<actual>{_N}) GiB \(actual\), (?P<estimated>{_N}) GiB")
-# "CUDA graph memory profiling is enabled (…). The current --gpu-memory-utilization=0.9200 is equivalent to …"
-CUDAGRAPH_PROFILING_ON = re.compile(r"CUDA graph memory profiling is enabled")
 
 # --- the pool --------------------------------------------------------------------------------------------------
 
@@ -143,8 +139,6 @@ CPU_AUTO_SET = re.compile(
 CPU_EXPLICIT_SET = re.compile(
     rf"Explicitly set \((?P<kv>{_N})/(?P<total>{_N})\) GiB for KV cache on node (?P<node>\d+)"
 )
-# "VLLM_CPU_KVCACHE_SPACE not set. Using 7.82 GiB for KV cache."  (CPU 0.13-0.19)
-CPU_KVCACHE_DEFAULT = re.compile(rf"Using (?P<gib>{_N}) GiB for KV cache")
 # "Auto-fit max_model_len: reduced from 131072 to 40960 to fit in available GPU memory (5.0 GiB available …)"
 AUTO_FIT = re.compile(
     r"Auto-fit max_model_len: (?:reduced from (?P<old>\d+) to (?P<new>\d+)"

@@ -21,7 +21,7 @@ from launcher.errors import ConfigError, ProfileError
 from launcher.kv import kv_per_token
 from launcher.machines import Machine, MemoryReading, machine_for_plan
 from launcher.model import ModelShape, shape_from_config
-from launcher.modelsource import ModelSource, load, read_json
+from launcher.modelsource import ModelSource, load
 from launcher.params import tensors
 from launcher.profiles import Profile
 from launcher.units import GiB, gib_to_bytes
@@ -362,7 +362,3 @@ def profile_from_flags(model: str | None, config: str | None, **fields: Any) -> 
             raise ConfigError("no such file", source=config)
     data.update({k: v for k, v in fields.items() if v is not None})
     return profile_from_mapping(data, source=None, base_dir=Path.cwd())
-
-
-def read_config_json(path: str) -> dict[str, Any]:
-    return read_json(Path(path))
