@@ -15,7 +15,7 @@ from typing import Literal
 from launcher import vllm_pool as vp
 from launcher.formats import FormatSpec
 from launcher.kv import kv_element_bytes
-from launcher.model import ModelShape
+from launcher.arch.model import Model
 from launcher.params import Tensor
 from launcher.units import GiB, MiB
 
@@ -75,7 +75,7 @@ class EngineArgs:
 
 
 def resolve_engine_args(
-    shape: ModelShape,
+    shape: Model,
     *,
     version: vp.Version,
     platform: vp.Platform,
@@ -138,7 +138,7 @@ def resolve_engine_args(
     )
 
 
-def _resolve_kv_dtype(kv_cache_dtype: str, dtype: str, shape: ModelShape, version: vp.Version) -> str:
+def _resolve_kv_dtype(kv_cache_dtype: str, dtype: str, shape: Model, version: vp.Version) -> str:
     """vLLM's kv_cache_dtype "auto": the dtype the model is served in (fp32 only when asked for)."""
     if kv_cache_dtype != "auto":
         return kv_cache_dtype
@@ -155,7 +155,7 @@ def _resolve_kv_dtype(kv_cache_dtype: str, dtype: str, shape: ModelShape, versio
     return "float16" if (shape.torch_dtype or "").lower() == "float16" else "bfloat16"
 
 
-def _dtype_bytes(dtype: str, shape: ModelShape) -> int:
+def _dtype_bytes(dtype: str, shape: Model) -> int:
     d = dtype.lower()
     if d in ("float32", "fp32", "float"):
         return 4
@@ -190,7 +190,7 @@ def pp_layer_ranges(num_layers: int, pp: int) -> list[range]:
 
 
 def rank_weight_bytes(
-    shape: ModelShape,
+    shape: Model,
     ts: list[Tensor],
     tensor_bytes: list[int],
     spec: FormatSpec,
@@ -230,9 +230,8 @@ def rank_weight_bytes(
             total += int(per_weight * padded_i * padded_h * t.copies)
         else:
             total += cdiv(b, tp)
-    rotary = shape.head_dim if shape.mla is None else shape.mla.qk_rope_head_dim
     max_pos = shape.max_position_embeddings or args.max_model_len
-    total += max_pos * rotary * args.dtype_bytes  # cos/sin cache (half the rotary dim each)
+    total += max_pos * shape.rotary_dim * args.dtype_bytes  # cos/sin cache (half the rotary dim each)
     return total
 
 
@@ -251,7 +250,7 @@ class Activation:
         return {"forward": self.forward, "sampler": self.sampler, "encoder": self.encoder, "model": self.model}
 
 
-def activation_peak(shape: ModelShape, args: EngineArgs, *, textbook: bool = False, pp_rank: int = 0) -> Activation:
+def activation_peak(shape: Model, args: EngineArgs, *, textbook: bool = False, pp_rank: int = 0) -> Activation:
     """The profiling pass's torch peak above the weights.
 
     vLLM profiles one forward pass of max_num_batched_tokens tokens, then warms the sampler with max_num_seqs
@@ -261,10 +260,7 @@ def activation_peak(shape: ModelShape, args: EngineArgs, *, textbook: bool = Fal
     """
     h, n, k, d = shape.hidden_size, shape.num_heads, shape.num_kv_heads, shape.head_dim
     tp, dt, mnbt = args.tensor_parallel_size, args.dtype_bytes, args.max_num_batched_tokens
-    if shape.moe is not None:
-        inter = shape.moe.experts_per_token * shape.moe.expert_intermediate + shape.moe.shared_intermediate
-    else:
-        inter = shape.intermediate_size
+    inter = shape.intermediate_size  # dense width, or the active experts' for MoE
     if textbook:
         # Per token, everything alive in one layer: ~4 hidden-size vectors and the 3 MLP-wide ones.
         fwd = mnbt * (4 * h + 3 * inter) * dt
@@ -284,9 +280,8 @@ def activation_peak(shape: ModelShape, args: EngineArgs, *, textbook: bool = Fal
     encoder = 0
     if shape.vision is not None and pp_rank == 0:
         v = shape.vision
-        patches = (v.image_size // v.patch_size) ** 2
         images = max(1, mnbt // 256)
-        encoder = images * patches * dt * (v.intermediate_size + 4 * v.hidden_size)
+        encoder = images * v.patches_per_item * dt * (v.intermediate + 4 * v.hidden)
     peak = max(fwd, sampler, encoder)
     if pp_rank > 0:
         peak += 2 * mnbt * h * dt  # received hidden states and residual
@@ -361,7 +356,7 @@ class Prediction:
 class PlanRequest:
     """Everything the arithmetic needs, already resolved from profile, flags and machine."""
 
-    shape: ModelShape
+    shape: Model
     weights_bytes: int  # per rank, as loaded
     kv_bytes_per_token: int  # per rank, every layer storing every token (the textbook figure)
     args: EngineArgs
@@ -612,7 +607,7 @@ def predict(req: PlanRequest) -> Prediction:
     )
 
 
-def _rank_kinds(s: ModelShape, a: EngineArgs, pp_rank: int) -> tuple[str, ...]:
+def _rank_kinds(s: Model, a: EngineArgs, pp_rank: int) -> tuple[str, ...]:
     layers = pp_layer_ranges(s.num_layers, a.pipeline_parallel_size)[pp_rank]
     return tuple(s.layer_kinds[i] for i in layers)
 

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher import formats
-from launcher.checkpoint import CheckpointBytes, find_checkpoint
+from launcher.arch.model import Model
+from launcher.checkpoint import CheckpointBytes
 from launcher.kv import KVPerToken, kv_per_token
-from launcher.model import ModelShape, shape_from_config
-from launcher.modelsource import ModelSource, load
+from launcher.modelsource import ModelSource, load, read_model
 from launcher.params import ParamCount, Tensor, count, tensors
 from launcher.units import GB, GiB, KiB
 
@@ -17,7 +17,7 @@ from launcher.units import GB, GiB, KiB
 @dataclass(frozen=True)
 class CountResult:
     source: ModelSource
-    shape: ModelShape
+    shape: Model
     params: ParamCount
     spec: formats.FormatSpec
     weights: formats.WeightBytes
@@ -70,13 +70,10 @@ def _per_layer_summary(p: ParamCount) -> dict[str, int] | int:
 
 def count_model(spec: str, *, fmt: str | None = None, kv_cache_dtype: str = "auto", tp: int = 1) -> CountResult:
     src = load(spec)
-    shape = shape_from_config(src.config, src.config_path)
+    shape, ckpt = read_model(src)
     ts: list[Tensor] = tensors(shape)
     detected = formats.detect(shape, src.hf_quant_config)
     fspec = formats.spec_for(fmt, shape, detected) if fmt else detected
-    ckpt = None
-    if src.model_dir is not None and src.origin != "file":  # a bare config.json: nothing beside it is its weights
-        ckpt = find_checkpoint(src.model_dir)
     if fmt and ckpt is not None and formats.normalize_name(fmt) != detected.name:
         ckpt = None  # the user asks about another format than the files on disk
     return CountResult(

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from launcher.checkpoint import GGML_TYPES
 from launcher.errors import FormatError
-from launcher.model import ModelShape
+from launcher.arch.model import Model
 from launcher.params import PARTS, Part, Tensor, tensors
 
 FormatName = Literal[
@@ -143,7 +143,7 @@ def _compressed_tensors(q: Mapping[str, Any]) -> FormatSpec:
     )
 
 
-def detect(shape: ModelShape, hf_quant_config: Mapping[str, Any] | None = None) -> FormatSpec:
+def detect(shape: Model, hf_quant_config: Mapping[str, Any] | None = None) -> FormatSpec:
     """The format a checkpoint is stored in, from quantization_config (or ModelOpt's hf_quant_config.json)."""
     q = shape.quantization_config
     if q is None and hf_quant_config is not None:
@@ -197,7 +197,7 @@ def detect(shape: ModelShape, hf_quant_config: Mapping[str, Any] | None = None) 
     )
 
 
-def spec_for(name: str, shape: ModelShape, detected: FormatSpec | None = None) -> FormatSpec:
+def spec_for(name: str, shape: Model, detected: FormatSpec | None = None) -> FormatSpec:
     """A format named on the command line or in a profile; reuses the detected layout when it is the same."""
     fmt = normalize_name(name)
     if detected is not None and detected.name == fmt:
@@ -292,7 +292,7 @@ def _ggml_bytes(numel: int, row: int, ggml_type: str) -> tuple[str, int]:
     return ggml_type, numel // per * size
 
 
-def _gguf_type(t: Tensor, fmt: FormatName, shape: ModelShape) -> str:
+def _gguf_type(t: Tensor, fmt: FormatName, shape: Model) -> str:
     if len(t.shape) == 1 or t.role in ("norm", "bias", "sink", "router"):
         return "F32"  # llama.cpp keeps 1-D tensors, and the MoE router (ffn_gate_inp), in F32
     if fmt == "q8_0":
@@ -317,7 +317,7 @@ def _gguf_type(t: Tensor, fmt: FormatName, shape: ModelShape) -> str:
     return "Q4_K"
 
 
-def _gguf_bytes(ts: list[Tensor], fmt: FormatName, shape: ModelShape) -> tuple[list[int], dict[str, int]]:
+def _gguf_bytes(ts: list[Tensor], fmt: FormatName, shape: Model) -> tuple[list[int], dict[str, int]]:
     sizes: list[int] = []
     types: dict[str, int] = {}
     for t in ts:
@@ -330,7 +330,7 @@ def _gguf_bytes(ts: list[Tensor], fmt: FormatName, shape: ModelShape) -> tuple[l
     return sizes, types
 
 
-def tensor_bytes(shape: ModelShape, spec: FormatSpec, ts: list[Tensor]) -> list[int]:
+def tensor_bytes(shape: Model, spec: FormatSpec, ts: list[Tensor]) -> list[int]:
     """Bytes of each tensor in this format, in the order of `ts`."""
     if spec.name in ("q8_0", "q4_k_m"):
         return _gguf_bytes(ts, spec.name, shape)[0]
@@ -340,7 +340,7 @@ def tensor_bytes(shape: ModelShape, spec: FormatSpec, ts: list[Tensor]) -> list[
     return [_quantized_bytes(t, spec) if _quantizable(t, spec) else t.numel * 2 for t in ts]
 
 
-def weight_bytes(shape: ModelShape, spec: FormatSpec, ts: list[Tensor] | None = None) -> WeightBytes:
+def weight_bytes(shape: Model, spec: FormatSpec, ts: list[Tensor] | None = None) -> WeightBytes:
     """Bytes of every weight in this format, by part, with the tensors the format keeps in 16 bits."""
     ts = tensors(shape) if ts is None else ts
     by_part: dict[Part, int] = dict.fromkeys(PARTS, 0)

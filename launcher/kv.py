@@ -6,10 +6,20 @@ compressed latent (plus the decoupled rope key) per layer; sliding-window layers
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from launcher.arch.layers import (
+    Attention,
+    ChunkedLocalAttention,
+    Mixer,
+    MLAttention,
+    SlidingWindowAttention,
+    kv_heads_per_rank,
+)
+from launcher.arch.model import Model
 from launcher.errors import ConfigError
-from launcher.model import ModelShape
+
+__all__ = ["KV_CACHE_DTYPES", "KVPerToken", "kv_element_bytes", "kv_heads_per_rank", "kv_per_token"]
 
 KV_CACHE_DTYPES = (
     "auto", "bfloat16", "float16", "float32", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc",
@@ -38,45 +48,52 @@ def kv_element_bytes(kv_cache_dtype: str, model_dtype: str | None) -> tuple[int,
                       field="kv_cache_dtype")  # fmt: skip
 
 
-def kv_heads_per_rank(total_kv_heads: int, tp: int) -> int:
-    """KV heads one tensor-parallel rank holds: split when tp divides them, replicated when tp > heads."""
-    return max(1, total_kv_heads // tp)
-
-
 @dataclass(frozen=True)
 class KVPerToken:
     """KV bytes per token of context, per rank, split by layer kind."""
 
-    full_attention: int  # bytes/token summed over full-attention layers
+    full_attention: int  # bytes/token summed over full-attention (and MLA) layers
     sliding_attention: int  # bytes/token summed over sliding-window layers (each holds ≤ window tokens)
     sliding_window: int | None
-    per_layer: int  # bytes/token of one attention layer
+    per_layer: int  # bytes/token of one attention layer (the first)
     layers_full: int
     layers_sliding: int
     mla: bool
     tensor_parallel_size: int
     kv_heads_per_rank: int
     element_bytes: int
+    chunked_attention: int = 0  # bytes/token summed over chunked-local layers (each holds ≤ chunk tokens)
+    attention_chunk: int | None = None
+    layers_chunked: int = 0
+    layers_without_kv: dict[str, int] = field(default_factory=dict)  # state mixers and shared-KV layers
 
     @property
     def per_token(self) -> int:
         """Every attention layer storing every token: the textbook figure."""
-        return self.full_attention + self.sliding_attention
+        return self.full_attention + self.sliding_attention + self.chunked_attention
 
     def bytes_for_context(self, tokens: int) -> int:
-        """Bytes one sequence of `tokens` occupies: sliding layers stop growing at the window."""
+        """Bytes one sequence of `tokens` occupies: sliding and chunked layers stop growing at their span."""
         window = tokens if self.sliding_window is None else min(tokens, self.sliding_window)
-        return self.full_attention * tokens + self.sliding_attention * window
+        chunk = tokens if self.attention_chunk is None else min(tokens, self.attention_chunk)
+        return self.full_attention * tokens + self.sliding_attention * window + self.chunked_attention * chunk
 
     def to_json(self) -> dict[str, object]:
+        by_kind: dict[str, int] = {
+            "full_attention": self.full_attention,
+            "sliding_attention": self.sliding_attention,
+        }
+        layers: dict[str, int] = {"full_attention": self.layers_full, "sliding_attention": self.layers_sliding}
+        if self.layers_chunked:
+            by_kind["chunked_attention"] = self.chunked_attention
+            layers["chunked_attention"] = self.layers_chunked
         return {
             "kv_bytes_per_token": self.per_token,
-            "by_layer_kind": {
-                "full_attention": self.full_attention,
-                "sliding_attention": self.sliding_attention,
-            },
+            "by_layer_kind": by_kind,
             "sliding_window": self.sliding_window,
-            "layers": {"full_attention": self.layers_full, "sliding_attention": self.layers_sliding},
+            "attention_chunk_size": self.attention_chunk,
+            "layers": layers,
+            "layers_without_kv": dict(self.layers_without_kv),
             "per_layer_bytes_per_token": self.per_layer,
             "mla": self.mla,
             "tensor_parallel_size": self.tensor_parallel_size,
@@ -85,31 +102,71 @@ class KVPerToken:
         }
 
 
-def layer_bytes_per_token(shape: ModelShape, kv_cache_dtype: str = "auto", tp: int = 1) -> tuple[int, int]:
-    """(bytes per token for one attention layer on one rank, KV heads per rank)."""
-    elem, scale = kv_element_bytes(kv_cache_dtype, shape.torch_dtype)
-    if shape.mla is not None:
+def mixer_bytes_per_token(mixer: Mixer, kv_cache_dtype: str, model_dtype: str | None, tp: int = 1) -> int:
+    """Bytes per token one mixer stores on one rank (0 for state mixers and layers that share another's KV)."""
+    elem, scale = kv_element_bytes(kv_cache_dtype, model_dtype)
+    if isinstance(mixer, MLAttention):
         # One latent of kv_lora_rank plus the shared rope key, replicated on every rank: no ×2, no head split.
-        return (shape.mla.kv_lora_rank + shape.mla.qk_rope_head_dim) * elem, 1
-    heads = kv_heads_per_rank(shape.num_kv_heads, tp)
-    # 2: a key and a value vector per KV head; only KV heads count (GQA), queries are never stored.
-    return 2 * heads * (shape.head_dim * elem + scale), heads
+        return mixer.kv_elements_per_token(tp) * elem
+    if isinstance(mixer, Attention):
+        if mixer.shares_kv_with is not None:
+            return 0
+        heads = kv_heads_per_rank(mixer.kv_heads, tp)
+        # A key and a value vector per KV head (only KV heads count: GQA); per-token-head dtypes add a scale each.
+        return heads * (mixer.head_dim + mixer.v_dim) * elem + 2 * heads * scale
+    return 0
 
 
-def kv_per_token(shape: ModelShape, kv_cache_dtype: str = "auto", tp: int = 1) -> KVPerToken:
+def layer_bytes_per_token(shape: Model, kv_cache_dtype: str = "auto", tp: int = 1) -> tuple[int, int]:
+    """(bytes per token for the first attention layer on one rank, its KV heads per rank)."""
+    for layer in shape.layers:
+        for m in layer.mixers:
+            b = mixer_bytes_per_token(m, kv_cache_dtype, shape.torch_dtype, tp)
+            if b:
+                heads = 1 if isinstance(m, MLAttention) else kv_heads_per_rank(getattr(m, "kv_heads", 1), tp)
+                return b, heads
+    return 0, 0
+
+
+def kv_per_token(shape: Model, kv_cache_dtype: str = "auto", tp: int = 1) -> KVPerToken:
     if tp < 1:
         raise ConfigError(f"must be ≥ 1, got {tp}", field="tensor_parallel_size")
-    per_layer, heads = layer_bytes_per_token(shape, kv_cache_dtype, tp)
     elem, _ = kv_element_bytes(kv_cache_dtype, shape.torch_dtype)
+    per_layer, heads = layer_bytes_per_token(shape, kv_cache_dtype, tp)
+    full = sliding = chunked = 0
+    n_full = n_sliding = n_chunked = 0
+    window: int | None = None
+    chunk: int | None = None
+    without: dict[str, int] = {}
+    for layer in shape.layers:
+        for m in layer.mixers:
+            b = mixer_bytes_per_token(m, kv_cache_dtype, shape.torch_dtype, tp)
+            if not b:
+                without[m.kind] = without.get(m.kind, 0) + 1
+            elif isinstance(m, SlidingWindowAttention):
+                sliding += b
+                n_sliding += 1
+                window = m.window if window is None else max(window, m.window)
+            elif isinstance(m, ChunkedLocalAttention):
+                chunked += b
+                n_chunked += 1
+                chunk = m.chunk
+            else:
+                full += b
+                n_full += 1
     return KVPerToken(
-        full_attention=per_layer * shape.num_full_layers,
-        sliding_attention=per_layer * shape.num_sliding_layers,
-        sliding_window=shape.sliding_window,
+        full_attention=full,
+        sliding_attention=sliding,
+        sliding_window=window,
         per_layer=per_layer,
-        layers_full=shape.num_full_layers,
-        layers_sliding=shape.num_sliding_layers,
+        layers_full=n_full,
+        layers_sliding=n_sliding,
         mla=shape.mla is not None,
         tensor_parallel_size=tp,
         kv_heads_per_rank=heads,
         element_bytes=elem,
+        chunked_attention=chunked,
+        attention_chunk=chunk,
+        layers_chunked=n_chunked,
+        layers_without_kv=without,
     )

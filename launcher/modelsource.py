@@ -11,9 +11,13 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.errors import ConfigError
+
+if TYPE_CHECKING:
+    from launcher.arch.model import Model
+    from launcher.checkpoint import CheckpointBytes
 
 BUNDLED = Path(__file__).parent / "data" / "configs"
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
@@ -141,3 +145,50 @@ def load(spec: str) -> ModelSource:
         return ModelSource(spec, read_json(bundled), str(bundled), None, None, "bundled")
     downloaded = _download(spec)
     return ModelSource(spec, read_json(downloaded), str(downloaded), None, None, "download")
+
+
+def _hub_headers(repo_id: str) -> list[Any] | None:
+    """The repo's safetensors headers from the hub (headers only, no weights), when the network allows."""
+    if not _REPO_ID.match(repo_id):
+        return None
+    if os.environ.get("HF_HUB_OFFLINE") not in (None, "", "0") or os.environ.get("VLAUNCH_OFFLINE"):
+        return None
+    try:
+        from huggingface_hub import get_safetensors_metadata
+    except ImportError:  # pragma: no cover - a runtime dependency
+        return None
+    if not _hub_reachable():
+        return None
+    from launcher.checkpoint import SAFETENSORS_DTYPE_BITS, TensorInfo
+
+    try:
+        meta = get_safetensors_metadata(repo_id)
+    except Exception:  # not a safetensors repo, gated, 404: nothing to read
+        return None
+    out = []
+    for f in meta.files_metadata.values():
+        for name, t in f.tensors.items():
+            begin, end = t.data_offsets
+            shape = tuple(int(x) for x in t.shape)
+            bits = SAFETENSORS_DTYPE_BITS.get(t.dtype, 0)
+            out.append(TensorInfo(name, t.dtype, shape, end - begin if end >= begin else bits * len(shape) // 8))
+    return out
+
+
+def read_model(src: ModelSource) -> tuple[Model, CheckpointBytes | None]:
+    """The model behind a source, and its checkpoint's exact bytes when its files are at hand.
+
+    A model_type that no family reads is read generically, which needs the checkpoint's tensor headers: from
+    the files beside the config, else from the hub (headers only) when the network allows.
+    """
+    from launcher.arch import read_config, resolve
+    from launcher.checkpoint import find_checkpoint
+
+    ckpt = None
+    if src.model_dir is not None and src.origin != "file":  # a bare config.json: nothing beside it is its weights
+        ckpt = find_checkpoint(src.model_dir)
+    _, module = resolve(src.config, src.config_path)
+    headers: list[Any] | None = None
+    if module is None:
+        headers = list(ckpt.tensors) if ckpt is not None and ckpt.tensors else _hub_headers(src.spec)
+    return read_config(src.config, src.config_path, headers=headers), ckpt

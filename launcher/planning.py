@@ -16,12 +16,11 @@ from launcher import budget, formats
 from launcher import vllm_pool as vp
 from launcher.argv import vllm_argv
 from launcher.calibration import lookup_cpu_worker, lookup_terms, machine_key
-from launcher.checkpoint import find_checkpoint
 from launcher.errors import ConfigError, ProfileError
 from launcher.kv import kv_per_token
 from launcher.machines import Machine, MemoryReading, machine_for_plan
-from launcher.model import ModelShape, shape_from_config
-from launcher.modelsource import ModelSource, load
+from launcher.arch.model import Model
+from launcher.modelsource import ModelSource, load, read_model
 from launcher.params import tensors
 from launcher.profiles import Profile
 from launcher.units import GiB, gib_to_bytes
@@ -35,7 +34,7 @@ OS_RESERVE_HEADROOM = 2 * GiB  # on top of what the OS uses now, for page cache 
 class Plan:
     profile: Profile
     source: ModelSource
-    shape: ModelShape
+    shape: Model
     spec: formats.FormatSpec
     machine: Machine
     reading: MemoryReading | None
@@ -110,7 +109,7 @@ def _config_source(profile: Profile) -> ModelSource:
     return load(profile.model)
 
 
-def _format(profile: Profile, shape: ModelShape, src: ModelSource) -> formats.FormatSpec:
+def _format(profile: Profile, shape: Model, src: ModelSource) -> formats.FormatSpec:
     detected = formats.detect(shape, src.hf_quant_config)
     if profile.quantization:
         return formats.spec_for(profile.quantization, shape, detected)
@@ -122,7 +121,7 @@ def _format(profile: Profile, shape: ModelShape, src: ModelSource) -> formats.Fo
     return detected
 
 
-def _max_len_error(shape: ModelShape, profile: Profile, env: dict[str, str]) -> str | None:
+def _max_len_error(shape: Model, profile: Profile, env: dict[str, str]) -> str | None:
     limit = shape.max_position_embeddings
     mml = profile.max_model_len
     if limit and mml and mml > limit and env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") not in ("1", "true", "True"):
@@ -134,7 +133,7 @@ def _max_len_error(shape: ModelShape, profile: Profile, env: dict[str, str]) -> 
     return None
 
 
-def _tp_error(shape: ModelShape, tp: int) -> str | None:
+def _tp_error(shape: Model, tp: int) -> str | None:
     if shape.num_heads % tp:
         return f"Total number of attention heads ({shape.num_heads}) must be divisible by tensor parallel size ({tp})."
     return None
@@ -150,7 +149,7 @@ def make_plan(
 ) -> Plan:
     """Resolve everything a prediction needs and run it."""
     src = _config_source(profile)
-    shape = shape_from_config(src.config, src.config_path)
+    shape, found = read_model(src)
     spec = _format(profile, shape, src)
     ts = tensors(shape)
     per_tensor = formats.tensor_bytes(shape, spec, ts)
@@ -183,7 +182,7 @@ def make_plan(
     kv = kv_per_token(shape, args.kv_cache_dtype, args.tensor_parallel_size)
     exact_extra = 0
     if args.tensor_parallel_size == 1 and args.pipeline_parallel_size == 1 and src.model_dir:
-        ckpt = find_checkpoint(src.model_dir) if src.origin in ("directory", "hf-cache") else None
+        ckpt = found if src.origin in ("directory", "hf-cache") else None
         if ckpt is not None and ckpt.total_bytes and spec == formats.detect(shape, src.hf_quant_config):
             exact_extra = ckpt.total_bytes - sum(per_tensor)  # exact bytes from the files
     if use_calibration is None:
@@ -310,7 +309,7 @@ def _placements(
 
 
 def _rank_table(
-    slots: list[_Slot], preds: list[budget.Prediction], worst: int, shape: ModelShape, args: budget.EngineArgs
+    slots: list[_Slot], preds: list[budget.Prediction], worst: int, shape: Model, args: budget.EngineArgs
 ) -> tuple[dict[str, Any], ...]:
     out = []
     stages = budget.pp_layer_ranges(shape.num_layers, args.pipeline_parallel_size)

@@ -13,7 +13,7 @@ from typing import Literal
 
 from launcher.errors import ConfigError
 from launcher.kv import kv_element_bytes, kv_heads_per_rank
-from launcher.model import ModelShape
+from launcher.arch.model import Model
 
 Version = tuple[int, int, int]
 Platform = Literal["cuda", "cpu"]
@@ -38,7 +38,7 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def default_block_size(shape: ModelShape, platform: Platform, version: Version) -> int:
+def default_block_size(shape: Model, platform: Platform, version: Version) -> int:
     if platform == "cpu":
         if version < (0, 7, 0):
             return 16
@@ -82,7 +82,7 @@ class KVLayout:
         }
 
 
-def page_bytes(shape: ModelShape, block_size: int, kv_cache_dtype: str, tp: int) -> int:
+def page_bytes(shape: Model, block_size: int, kv_cache_dtype: str, tp: int) -> int:
     """Bytes of one block of one attention layer on one rank (vLLM's AttentionSpec.page_size_bytes)."""
     elem, scale = kv_element_bytes(kv_cache_dtype, shape.torch_dtype)
     if shape.mla is not None:
@@ -96,7 +96,7 @@ def page_bytes(shape: ModelShape, block_size: int, kv_cache_dtype: str, tp: int)
 
 
 def layout(
-    shape: ModelShape,
+    shape: Model,
     *,
     block_size: int,
     kv_cache_dtype: str,
@@ -108,7 +108,7 @@ def layout(
     """Group the attention layers on one rank as vLLM's KV-cache manager does."""
     kinds = tuple(layer_kinds if layer_kinds is not None else shape.layer_kinds)
     page = page_bytes(shape, block_size, kv_cache_dtype, tp)
-    n_full = sum(1 for k in kinds if k == "full_attention")
+    n_full = sum(1 for k in kinds if k in ("full_attention", "mla"))
     n_sw = len(kinds) - n_full
     if not hybrid_manager or n_sw == 0 or n_full == 0:
         # One group: every layer has a block for every block id. Without the hybrid manager, sliding-window

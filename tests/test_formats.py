@@ -28,7 +28,7 @@ from safetensors.numpy import save_file
 from launcher.checkpoint import find_checkpoint
 from launcher.errors import FormatError
 from launcher.formats import FORMATS, FormatSpec, detect, normalize_name, spec_for, weight_bytes
-from launcher.model import ModelShape, shape_from_config
+from launcher.arch import Model, read_config as shape_from_config
 from launcher.params import tensors
 from tests.conftest import CONFIGS
 
@@ -41,7 +41,7 @@ def _cfg(name: str) -> dict[str, Any]:
     return cfg
 
 
-def _shape(name: str) -> ModelShape:
+def _shape(name: str) -> Model:
     return shape_from_config(_cfg(name), name)
 
 
@@ -691,7 +691,7 @@ ORDER_MODELS = ["Llama-3.1-8B", "Llama-3.2-1B-Instruct", "Qwen3-30B-A3B", "Qwen2
                 "Mixtral-8x7B-v0.1", "DeepSeek-V2-Lite", "Phi-3.5-mini-instruct"]  # fmt: skip
 
 
-def _assert_more_bits_more_bytes(s: ModelShape) -> None:
+def _assert_more_bits_more_bytes(s: Model) -> None:
     b = {fmt: weight_bytes(s, spec_for(fmt, s)).total_bytes for fmt in FORMATS}
     assert all(type(v) is int for v in b.values())  # whole bytes, never floats
     assert b["fp32"] == 2 * b["bf16"]

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from launcher.model import shape_from_config
+from launcher.arch import read_config as shape_from_config
 from launcher.params import count
 from tests.conftest import CONFIGS
 

@@ -1,0 +1,145 @@
+"""A config.json (or one of its sub-configs) with a family's class defaults behind it.
+
+Every getter names the field in its error (`text_config.num_key_value_heads`), and every default that a
+getter falls back to is recorded, so `count` can say which numbers came from transformers' class defaults
+rather than from the file. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from launcher.errors import ConfigError
+
+_MISSING = object()
+
+
+class Cfg:
+    """Typed access to config fields: the file's value, else the class default, else an error."""
+
+    def __init__(
+        self,
+        raw: Mapping[str, Any],
+        defaults: Mapping[str, Any] | None = None,
+        *,
+        source: str | None = None,
+        path: str = "",
+        used: set[str] | None = None,
+    ) -> None:
+        self.raw = raw
+        self.defaults = dict(defaults or {})
+        self.source = source
+        self.path = path  # "text_config." for a wrapped language model
+        self.used: set[str] = used if used is not None else set()
+
+    # ---- raw access -------------------------------------------------------------------------------------------
+    def has(self, key: str) -> bool:
+        return key in self.raw and self.raw[key] is not None
+
+    def get(self, key: str, default: Any = _MISSING) -> Any:
+        """The file's value; else the class default (recorded); else `default`."""
+        if key in self.raw:
+            return self.raw[key]
+        if key in self.defaults:
+            self.used.add(self.path + key)
+            return self.defaults[key]
+        if default is _MISSING:
+            return None
+        return default
+
+    def error(self, message: str, key: str) -> ConfigError:
+        return ConfigError(message, source=self.source, field=self.path + key)
+
+    # ---- typed getters ----------------------------------------------------------------------------------------
+    def int(self, key: str, default: Any = _MISSING) -> int:
+        """A positive integer."""
+        value = self.get(key, default)
+        n = _as_int(value)
+        if n is None or n <= 0:
+            raise self.error(f"must be a positive integer, got {value!r}", key)
+        return n
+
+    def int0(self, key: str, default: Any = _MISSING) -> int:
+        """A non-negative integer (None counts as 0)."""
+        value = self.get(key, default)
+        if value is None:
+            return 0
+        n = _as_int(value)
+        if n is None or n < 0:
+            raise self.error(f"must be a non-negative integer, got {value!r}", key)
+        return n
+
+    def opt_int(self, key: str, default: Any = _MISSING) -> int | None:
+        """A positive integer or None."""
+        value = self.get(key, default)
+        if value is None:
+            return None
+        return self.int(key, default)
+
+    def bool(self, key: str, default: Any = _MISSING) -> bool:
+        value = self.get(key, default)
+        if value is None and default is not _MISSING and default is not None:
+            return bool(default)
+        if not isinstance(value, bool):
+            if isinstance(value, int) and value in (0, 1):
+                return bool(value)
+            raise self.error(f"must be true or false, got {value!r}", key)
+        return value
+
+    def float(self, key: str, default: Any = _MISSING) -> float:
+        value = self.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self.error(f"must be a number, got {value!r}", key)
+        return float(value)
+
+    def str(self, key: str, default: Any = _MISSING) -> str | None:
+        value = self.get(key, default)
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise self.error(f"must be a string, got {value!r}", key)
+        return value
+
+    def list(self, key: str, default: Any = _MISSING) -> list[Any] | None:
+        value = self.get(key, default)
+        if value is None:
+            return None
+        if not isinstance(value, list | tuple):
+            raise self.error(f"must be a list, got {type(value).__name__}", key)
+        return list(value)
+
+    def int_list(self, key: str, default: Any = _MISSING) -> list[int] | None:
+        values = self.list(key, default)
+        if values is None:
+            return None
+        out = []
+        for i, v in enumerate(values):
+            n = _as_int(v)
+            if n is None:
+                raise ConfigError(f"must be an integer, got {v!r}", source=self.source, field=f"{self.path}{key}[{i}]")
+            out.append(n)
+        return out
+
+    def sub(self, key: str, defaults: Mapping[str, Any] | None = None) -> Cfg:
+        """A nested config object (vision_config, text_config); an absent one is all defaults."""
+        value = self.raw.get(key)
+        if value is None:
+            value = {}
+        if not isinstance(value, Mapping):
+            raise self.error("must be an object", key)
+        return Cfg(value, defaults, source=self.source, path=f"{self.path}{key}.", used=self.used)
+
+    def heads_divide(self, heads: int, kv_heads: int, key: str = "num_key_value_heads") -> None:
+        if kv_heads <= 0 or heads % kv_heads:
+            raise self.error(f"num_attention_heads {heads} is not a multiple of {key} {kv_heads}", key)
+
+
+def _as_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None

@@ -1,0 +1,66 @@
+"""Gemma 3: Gemma 2's layer with per-head q/k norms, five sliding layers to one global; the multimodal
+wrapper (model_type gemma3) adds a SigLIP vision tower and its projector."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from launcher.arch.common import Meta, attention, build, embed_head, heads, layer_types, text_config, tied
+from launcher.arch.config import Cfg
+from launcher.arch.families.gemma2 import GEMMA_NORMS
+from launcher.arch.layers import DenseMLP, Layer, norms
+from launcher.arch.model import Model
+from launcher.arch.towers import SiglipVision, Tower
+
+MODEL_TYPES = ("gemma3_text", "gemma3")
+
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3_text": dict(vocab_size=262208, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
+                        num_attention_heads=8, num_key_value_heads=4, head_dim=256, tie_word_embeddings=True,
+                        attention_bias=False, sliding_window=4096, sliding_window_pattern=6,
+                        max_position_embeddings=131072),
+    "gemma3": dict(tie_word_embeddings=True),
+}  # fmt: skip
+
+SIGLIP_DEFAULTS: dict[str, Any] = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
+                                       num_attention_heads=12, num_channels=3, image_size=224, patch_size=16,
+                                       vision_use_head=True)  # fmt: skip
+
+
+def read(c: Cfg, meta: Meta) -> Model:
+    towers: list[Tower] = []
+    if meta.model_type == "gemma3":
+        top = c
+        c, meta = text_config(c, meta, "gemma3_text", DEFAULTS["gemma3_text"])
+        if top.has("vision_config"):
+            v = top.sub("vision_config", SIGLIP_DEFAULTS)
+            towers.append(
+                SiglipVision(
+                    hidden=v.int("hidden_size"), intermediate=v.int("intermediate_size"),
+                    num_layers=v.int("num_hidden_layers"), num_heads=v.int("num_attention_heads"),
+                    patch_size=v.int("patch_size"), image_size=v.int("image_size"),
+                    num_channels=v.int("num_channels"), use_head=v.bool("vision_use_head"),
+                    projector_out=c.int("hidden_size"),
+                )
+            )  # fmt: skip
+    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
+    n, kv, d = heads(c)
+    num_layers = c.int("num_hidden_layers")
+    pattern = c.int("sliding_window_pattern")
+    kinds = layer_types(c, num_layers, lambda i: "sliding_attention" if (i + 1) % pattern else "full_attention")
+    window = c.opt_int("sliding_window")
+    bias = c.bool("attention_bias")
+    is_tied = tied(c, meta)
+    layers = [
+        Layer(
+            prefix=f"model.layers.{i}",
+            norms=norms(hidden, *GEMMA_NORMS),
+            mixers=(attention(kinds[i], window=window, c=c, hidden=hidden, heads=n, kv_heads=kv, head_dim=d,
+                              qkv_bias=bias, o_bias=bias, qk_norm="head"),),  # fmt: skip
+            mlps=(DenseMLP(hidden=hidden, inter=inter),),
+        )
+        for i in range(num_layers)
+    ]
+    embeddings, head = embed_head(vocab, hidden, is_tied)
+    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
+                 head=head, rotary_dim=d, towers=tuple(towers))  # fmt: skip

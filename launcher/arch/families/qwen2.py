@@ -1,0 +1,72 @@
+"""Qwen2 and Qwen2-MoE: q/k/v biases (no o bias); sliding-window layers from `max_window_layers` on when
+`use_sliding_window`; Qwen2-MoE adds a shared expert behind a 1-wide sigmoid gate."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from launcher.arch.common import Meta, attention, build, embed_head, heads, layer_types, tied
+from launcher.arch.config import Cfg
+from launcher.arch.layers import MLP, DenseMLP, Layer, MoE, norms, shared_experts
+from launcher.arch.model import Model
+
+MODEL_TYPES = ("qwen2", "qwen2_moe")
+
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "qwen2": dict(vocab_size=151936, hidden_size=4096, intermediate_size=22016, num_hidden_layers=32,
+                  num_attention_heads=32, num_key_value_heads=32, tie_word_embeddings=False,
+                  use_sliding_window=False, sliding_window=4096, max_window_layers=28,
+                  max_position_embeddings=32768),
+    "qwen2_moe": dict(vocab_size=151936, hidden_size=2048, intermediate_size=5632, num_hidden_layers=24,
+                      num_attention_heads=16, num_key_value_heads=16, tie_word_embeddings=False,
+                      use_sliding_window=False, sliding_window=4096, max_window_layers=28,
+                      decoder_sparse_step=1, moe_intermediate_size=1408, shared_expert_intermediate_size=5632,
+                      num_experts_per_tok=4, num_experts=60, mlp_only_layers=None, qkv_bias=True,
+                      max_position_embeddings=32768),
+}  # fmt: skip
+
+
+def read(c: Cfg, meta: Meta) -> Model:
+    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
+    n, kv, d = heads(c)
+    num_layers = c.int("num_hidden_layers")
+    window = c.opt_int("sliding_window") if c.bool("use_sliding_window") else None
+    mwl = c.int0("max_window_layers")
+    if meta.model_type == "qwen2_moe":
+        kinds = layer_types(c, num_layers, lambda i: "sliding_attention" if window and (i + 1) % 2 and i < mwl
+                            else "full_attention")  # fmt: skip
+    else:
+        kinds = layer_types(c, num_layers, lambda i: "sliding_attention" if window and i >= mwl else "full_attention")
+    # Without a window (use_sliding_window false) a "sliding" layer attends to everything.
+    kinds = [k if window else "full_attention" for k in kinds]
+    bias = c.bool("qkv_bias", True)
+    is_tied = tied(c, meta)
+    moe: MoE | None = None
+    sparse: set[int] = set()
+    if meta.model_type == "qwen2_moe" and c.int0("num_experts") > 0:
+        step = c.int("decoder_sparse_step")
+        only = set(c.int_list("mlp_only_layers") or [])
+        sparse = {i for i in range(num_layers) if i not in only and (i + 1) % step == 0}
+        shared_inter = c.int0("shared_expert_intermediate_size")
+        moe = MoE(
+            hidden=hidden, num_experts=c.int("num_experts"), experts_per_token=c.int("num_experts_per_tok"),
+            expert_intermediate=c.int("moe_intermediate_size"),
+            shared=shared_experts(hidden, shared_inter, name="shared_expert") if shared_inter else None,
+            shared_gate=bool(shared_inter),
+        )  # fmt: skip
+    dense = DenseMLP(hidden=hidden, inter=inter, detail="dense_first" if moe else "dense")
+    layers = []
+    for i in range(num_layers):
+        mlp: MLP = moe if moe is not None and i in sparse else dense
+        layers.append(
+            Layer(
+                prefix=f"model.layers.{i}",
+                norms=norms(hidden, "input_layernorm", "post_attention_layernorm"),
+                mixers=(attention(kinds[i], window=window, c=c, hidden=hidden, heads=n, kv_heads=kv, head_dim=d,
+                                  qkv_bias=bias),),  # fmt: skip
+                mlps=(mlp,),
+            )
+        )
+    embeddings, head = embed_head(vocab, hidden, is_tied)
+    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
+                 head=head, rotary_dim=d)  # fmt: skip
