@@ -71,6 +71,11 @@ def _engine_flags(profile: Profile, pred: Prediction, spec: FormatSpec, detected
         flags += ["--distributed-executor-backend", profile.distributed_executor_backend]
     if profile.enable_expert_parallel:
         flags.append("--enable-expert-parallel")
+    if profile.language_model_only:
+        flags.append("--language-model-only")
+    if profile.limit_mm_per_prompt:
+        limits = ",".join(f'"{m}":{n}' for m, n in profile.limit_mm_per_prompt)
+        flags += ["--limit-mm-per-prompt", "{" + limits + "}"]
     if profile.vllm.served_model_name:
         flags += ["--served-model-name", profile.vllm.served_model_name]
     return flags

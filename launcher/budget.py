@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from launcher import vllm_pool as vp
+from launcher.arch.model import Model
 from launcher.formats import FormatSpec
 from launcher.kv import kv_element_bytes
-from launcher.arch.model import Model
 from launcher.params import Tensor
 from launcher.units import GiB, MiB
 

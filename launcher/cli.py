@@ -85,8 +85,35 @@ def count(model: str, fmt: str | None, kv_cache_dtype: str, tensor_parallel_size
         click.echo(render_count(result))
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def archs(as_json: bool) -> None:
+    """List every model_type vlaunch reads: its family, its layer kinds and how exactly it is counted.
+
+    exact: a family module reproduces transformers' parameters and the layer map. generic: vLLM serves the
+    architecture but no family reads it; weights come from the checkpoint's safetensors headers and the cache from
+    the config's generic fields.
+    """
+    from launcher.archs import list_archs
+
+    rows = list_archs()
+    if as_json:
+        emit_json(
+            {
+                "archs": [r.to_json() for r in rows],
+                "exact": sum(1 for r in rows if r.support == "exact"),
+                "generic": sum(1 for r in rows if r.support == "generic"),
+            }
+        )
+        return
+    width = max(len(r.model_type or "-") for r in rows)
+    for r in rows:
+        kinds = ", ".join(f"{n} {k}" for k, n in r.layer_kinds.items())
+        extra = "".join([f", {r.towers} tower(s)" if r.towers else "", f", {r.mtp_layers} MTP" if r.mtp_layers else ""])
+        what = kinds + extra if r.support == "exact" else ", ".join(r.architectures)
+        click.echo(f"{(r.model_type or '-'):<{width}}  {r.support:<7}  {r.family:<18}  {what}")
+    n_exact = sum(1 for r in rows if r.support == "exact")
+    click.echo(f"\n{n_exact} model_types read exactly, {len(rows) - n_exact} vLLM architectures read generically")
 
 
 def _no_calibration(ctx: click.Context, param: click.Parameter, value: bool) -> None:
@@ -122,6 +149,17 @@ def _plan_options(f: Any) -> Any:
         click.option("--overhead-gib", type=float, help="Fixed overhead instead of the version model."),
         click.option("--biggest-pool", is_flag=True, default=None, help="Let auto util take the largest safe pool."),
         click.option("--free-gib", type=float, help="Memory free at launch (GiB), when not read from this machine."),
+        click.option(
+            "--language-model-only",
+            is_flag=True,
+            default=None,
+            help="Serve a multimodal model as text only (vLLM skips its encoders).",
+        ),
+        click.option(
+            "--limit-mm-per-prompt",
+            metavar="JSON",
+            help="Items per prompt by modality, as vLLM takes it: '{\"image\": 0}'.",
+        ),
         click.option("--json", "as_json", is_flag=True, help="Machine-readable output."),
         click.option(
             "--no-calibration",
@@ -140,7 +178,7 @@ _FLAG_FIELDS = (
     "machine", "gpu_memory_gib", "gpu_memory_utilization", "max_model_len", "tensor_parallel_size",
     "pipeline_parallel_size", "dtype", "kv_cache_dtype", "quantization", "max_num_batched_tokens", "max_num_seqs",
     "enforce_eager", "block_size", "kv_cache_memory_bytes", "users", "os_reserve_gib", "overhead_gib",
-    "biggest_pool",
+    "biggest_pool", "language_model_only",
 )  # fmt: skip
 
 
@@ -166,6 +204,15 @@ def build_profile(profile: str | None, flags: dict[str, Any]) -> Any:
             overrides[k] = _num_or_auto(overrides[k])
     if flags.get("vllm_version"):
         overrides["vllm"] = {"version": flags["vllm_version"]}
+    if flags.get("limit_mm_per_prompt"):
+        import json
+
+        try:
+            overrides["limit_mm_per_prompt"] = json.loads(flags["limit_mm_per_prompt"])
+        except ValueError as e:
+            from launcher.errors import ProfileError
+
+            raise ProfileError(f"not JSON: {e}", field="--limit-mm-per-prompt") from None
     if profile:
         base = load_profile(resolve_profile_arg(profile, Path.cwd() / "profiles"))
         if flags.get("model"):
@@ -737,3 +784,7 @@ def calibrate(paths: tuple[str, ...], config: str | None, model: str | None, dry
         click.echo("nothing to calibrate from")
     elif stored:
         click.echo(f"stored in {stored}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -50,7 +50,14 @@ class CountResult:
             "detail": dict(self.params.detail),
             "per_layer": _per_layer_summary(self.params),
             "tied_embeddings": s.tied_embeddings,
-            "layers": s.num_layers,
+            "num_layers": s.num_layers,
+            "layers": s.layer_summary(),
+            "layer_map": "".join(_map_code(layer.code) for layer in s.layers),
+            "arch_support": s.support,
+            "arch_note": s.support_note,
+            "family": s.family,
+            "wrapper_type": s.wrapper_type,
+            "towers": [type(t).__name__ for t in s.towers],
             "defaults_used": list(s.defaults_used),
             "weight_bytes": self.weight_bytes,
             "weights": weights,
@@ -59,6 +66,21 @@ class CountResult:
             "kv_bytes_per_token": self.kv.per_token,
             "kv": self.kv.to_json(),
         }
+
+
+def _map_code(code: str) -> str:
+    """One character per layer in the compact map (a layer with several mixers shows in brackets)."""
+    return code if len(code) == 1 else f"({code})"
+
+
+def _kinds_line(s: Model) -> str:
+    parts = []
+    for kind, info in s.layer_summary().items():
+        extra = [f"{k} {v}" for k, v in info.items() if k in ("window", "chunk", "kv_lora_rank")]
+        if "state_shapes" in info:
+            extra.append("state " + " + ".join("×".join(str(d) for d in shp) for shp in info["state_shapes"].values()))
+        parts.append(f"{info['count']} {kind}" + (f" ({', '.join(extra)})" if extra else ""))
+    return ", ".join(parts)
 
 
 def _per_layer_summary(p: ParamCount) -> dict[str, int] | int:
@@ -97,6 +119,9 @@ def render_count(r: CountResult) -> str:
     lines = [f"{r.source.spec}  ({s.model_type}, {s.architecture}, {s.num_layers} layers)"]
     if Path(r.source.config_path) != Path(r.source.spec):
         lines[0] += f"  [{r.source.origin}: {r.source.config_path}]"
+    lines.append(f"layers     {_kinds_line(s)}")
+    if s.support != "exact":
+        lines.append(f"  read generically: {s.support_note}")
     lines.append(f"parameters {_n(p.total):>20}")
     width = len(_n(p.total))
     for part, n in p.parts.items():
@@ -139,6 +164,9 @@ def render_count(r: CountResult) -> str:
             f"sliding window {kv.layers_sliding} layers: {_n(kv.sliding_attention)} B/token, "
             f"capped at {_n(kv.sliding_window or 0)} tokens"
         )
-    tokens_per_gib = GiB / per_tok
-    lines.append(f"  {tokens_per_gib:,.0f} tokens per GiB (all layers storing every token)")
+    if kv.layers_without_kv:
+        without = ", ".join(f"{n} {k}" for k, n in kv.layers_without_kv.items())
+        lines.append(f"  no per-token KV in {without} layers (a fixed state per request, or another layer's cache)")
+    if per_tok:
+        lines.append(f"  {GiB / per_tok:,.0f} tokens per GiB (all layers storing every token)")
     return "\n".join(lines)

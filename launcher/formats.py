@@ -7,14 +7,15 @@ quantized ones with their real layout: packed integers plus the per-group scales
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any, Literal
 
+from launcher.arch.model import Model
 from launcher.checkpoint import GGML_TYPES
 from launcher.errors import FormatError
-from launcher.arch.model import Model
 from launcher.params import PARTS, Part, Tensor, tensors
 
 FormatName = Literal[
@@ -189,8 +190,10 @@ def detect(shape: Model, hf_quant_config: Mapping[str, Any] | None = None) -> Fo
         return _compressed_tensors(q)
     if method in ("modelopt", "modelopt_fp4"):
         algo = str(q.get("quant_algo") or "").upper()
+        # ModelOpt's export names what it left unquantized in `ignore` (older exports: `exclude_modules`).
+        excluded = tuple(str(x) for x in (q.get("ignore") or q.get("exclude_modules") or ())) + not_conv
         return FormatSpec("nvfp4" if "FP4" in algo else "fp8", bits=4 if "FP4" in algo else 8,
-                          group_size=16, source="config.json")  # fmt: skip
+                          group_size=16, not_converted=excluded, source="config.json")  # fmt: skip
     raise FormatError(
         f"unsupported quant_method {method!r}; pass the format explicitly ({', '.join(FORMATS)})",
         field="quantization_config.quant_method",
@@ -217,10 +220,14 @@ def _module(t: Tensor) -> str:
     return t.name.rsplit(".", 1)[0]
 
 
+_EXPERT_INDEX = re.compile(r"\.experts\.\d+\.")
+
+
 def _excluded(t: Tensor, patterns: tuple[str, ...]) -> bool:
     m = _module(t)
     for p in patterns:
-        p = p.removeprefix("re:")
+        # One expert named (experts.7.down_proj) stands for the layer's expert tensors: they are priced together.
+        p = _EXPERT_INDEX.sub(".experts.", p.removeprefix("re:"))
         if m == p or m.startswith(p + ".") or fnmatchcase(m, p) or fnmatchcase(m, p + ".*"):
             return True
         # Checkpoints name the same module with or without the leading "model.".
@@ -321,6 +328,9 @@ def _gguf_bytes(ts: list[Tensor], fmt: FormatName, shape: Model) -> tuple[list[i
     sizes: list[int] = []
     types: dict[str, int] = {}
     for t in ts:
+        if not t.in_checkpoint:
+            sizes.append(0)
+            continue
         if t.part == "vision":
             sizes.append(t.numel * 2)  # llama.cpp ships the vision tower as a separate mmproj file, 16-bit
             continue
@@ -336,8 +346,15 @@ def tensor_bytes(shape: Model, spec: FormatSpec, ts: list[Tensor]) -> list[int]:
         return _gguf_bytes(ts, spec.name, shape)[0]
     full = {"fp32": 4, "bf16": 2, "fp16": 2}.get(spec.name)
     if full is not None:
-        return [t.numel * full for t in ts]
-    return [_quantized_bytes(t, spec) if _quantizable(t, spec) else t.numel * 2 for t in ts]
+        return [t.numel * (t.stored_bytes or full) if t.in_checkpoint else 0 for t in ts]
+    return [
+        0
+        if not t.in_checkpoint
+        else _quantized_bytes(t, spec)
+        if _quantizable(t, spec)
+        else t.numel * (t.stored_bytes or 2)
+        for t in ts
+    ]
 
 
 def weight_bytes(shape: Model, spec: FormatSpec, ts: list[Tensor] | None = None) -> WeightBytes:
@@ -371,7 +388,7 @@ def weight_bytes(shape: Model, spec: FormatSpec, ts: list[Tensor] | None = None)
     return WeightBytes(
         format=spec.describe(),
         total_bytes=sum(by_part.values()),
-        params=sum(t.numel for t in ts),
+        params=sum(t.numel for t in ts if t.is_parameter),
         quantized_params=quantized,
         bytes_by_part=by_part,
         kept_16bit=tuple(sorted(kept)),
@@ -380,11 +397,15 @@ def weight_bytes(shape: Model, spec: FormatSpec, ts: list[Tensor] | None = None)
     )
 
 
+_KEPT_LABELS = {
+    "norm": "norms", "bias": "biases", "sink": "attention sinks", "conv": "conv weights", "state": "SSM parameters",
+    "position": "position tables", "buffer": "buffers",
+}  # fmt: skip
+
+
 def _kept_label(t: Tensor) -> str:
-    if t.role in ("embedding", "lm_head", "router"):
-        return t.role
-    if t.role in ("norm", "bias", "sink", "conv", "position"):
-        return {"norm": "norms", "bias": "biases", "sink": "attention sinks"}.get(t.role, "vision tower")
     if t.part == "vision":
         return "vision tower"
-    return t.part
+    if t.role in ("embedding", "lm_head", "router"):
+        return t.role
+    return _KEPT_LABELS.get(t.role, t.part)

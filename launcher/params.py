@@ -23,6 +23,7 @@ class ParamCount:
     parts: dict[Part, int]
     detail: dict[str, int]
     per_layer: tuple[int, ...]
+    buffers: int = 0  # elements of persistent buffers the checkpoint holds (not parameters)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -30,6 +31,7 @@ class ParamCount:
             "text_total": self.text_total,
             "parts": dict(self.parts),
             "detail": dict(self.detail),
+            "buffers": self.buffers,
         }
 
 
@@ -39,8 +41,12 @@ def count(m: Model, ts: list[Tensor] | None = None) -> ParamCount:
     parts: dict[Part, int] = dict.fromkeys(PARTS, 0)
     detail: dict[str, int] = {}
     per_layer = [0] * m.num_layers
+    buffers = 0
     for t in ts:
         n = t.numel
+        if not t.is_parameter:
+            buffers += n
+            continue
         parts[t.part] += n
         if t.detail:
             detail[t.detail] = detail.get(t.detail, 0) + n
@@ -53,4 +59,5 @@ def count(m: Model, ts: list[Tensor] | None = None) -> ParamCount:
         parts=parts,
         detail=detail,
         per_layer=tuple(per_layer),
+        buffers=buffers,
     )

@@ -14,12 +14,12 @@ from typing import Any
 
 from launcher import budget, formats
 from launcher import vllm_pool as vp
+from launcher.arch.model import Model
 from launcher.argv import vllm_argv
 from launcher.calibration import lookup_cpu_worker, lookup_terms, machine_key
 from launcher.errors import ConfigError, ProfileError
 from launcher.kv import kv_per_token
 from launcher.machines import Machine, MemoryReading, machine_for_plan
-from launcher.arch.model import Model
 from launcher.modelsource import ModelSource, load, read_model
 from launcher.params import tensors
 from launcher.profiles import Profile
@@ -121,6 +121,34 @@ def _format(profile: Profile, shape: Model, src: ModelSource) -> formats.FormatS
     return detected
 
 
+# vLLM leaves out an encoder whose modalities are all limited to 0 (--language-model-only, or
+# --limit-mm-per-prompt '{"image": 0}'): SupportsMultiModal._mark_tower_model builds it as a StageMissingLayer.
+TOWER_SKIP_SINCE: vp.Version = (0, 11, 0)
+
+
+POOL_KINDS = frozenset({"full_attention", "sliding_attention", "mla"})
+
+
+def _pool_modelled(shape: Model, source: str) -> None:
+    """vLLM's pool is predicted for full, sliding and MLA attention; say so rather than guess for the rest."""
+    other = sorted({k for layer in shape.layers for k in layer.kinds if k not in POOL_KINDS})
+    if other:
+        raise ConfigError(
+            f"vLLM's KV/state pool for {', '.join(other)} layers is not predicted yet; `vlaunch count` gives this "
+            "model's weights and cache geometry",
+            source=source,
+            field="layers",
+        )
+
+
+def loaded_towers(shape: Model, profile: Profile, version: vp.Version) -> Model:
+    """The model as vLLM loads it: without the encoders the profile's modality limits switch off."""
+    if not shape.towers or version < TOWER_SKIP_SINCE:
+        return shape
+    kept = tuple(t for t in shape.towers if not all(profile.modality_limit(m) == 0 for m in t.modalities))
+    return shape if kept == shape.towers else dataclasses.replace(shape, towers=kept)
+
+
 def _max_len_error(shape: Model, profile: Profile, env: dict[str, str]) -> str | None:
     limit = shape.max_position_embeddings
     mml = profile.max_model_len
@@ -150,6 +178,8 @@ def make_plan(
     """Resolve everything a prediction needs and run it."""
     src = _config_source(profile)
     shape, found = read_model(src)
+    shape = loaded_towers(shape, profile, vp.parse_version(profile.vllm.version))
+    _pool_modelled(shape, src.config_path)
     spec = _format(profile, shape, src)
     ts = tensors(shape)
     per_tensor = formats.tensor_bytes(shape, spec, ts)

@@ -71,6 +71,9 @@ FIELD_HELP: dict[str, str] = {
     "vllm": "How vLLM is launched.",
     "distributed_executor_backend": "mp (one node, vLLM's multiprocessing) or ray (several nodes).",
     "enable_expert_parallel": "Split MoE experts across ranks (expert parallel) instead of sharding each expert.",
+    "language_model_only": "Serve a multimodal model as text only: vLLM skips its vision/audio encoders.",
+    "limit_mm_per_prompt": "Items per prompt by modality, e.g. {image: 0}; encoders whose modalities are all 0 "
+    "are not loaded.",
     "nodes": "Multi-node launch: a list of {host, role: head|worker, machine, gpus, ssh, os_reserve_gib}.",
     "nodes.host": "Address the other nodes reach this one at (the head's is Ray's address).",
     "nodes.role": "head (runs Ray's head and vllm serve) or worker.",
@@ -177,6 +180,8 @@ class Profile:
     overhead_gib: float | None = None
     distributed_executor_backend: ExecutorBackend | None = None
     enable_expert_parallel: bool = False
+    language_model_only: bool = False
+    limit_mm_per_prompt: tuple[tuple[str, int], ...] = ()  # (modality, items per prompt) in file order
     nodes: tuple[NodeSpec, ...] = ()
     vllm: VllmSection = field(default_factory=VllmSection)
     source: str | None = field(default=None, compare=False)  # the file it was read from; not a YAML key
@@ -200,7 +205,14 @@ class Profile:
         out: dict[str, object] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["vllm"] = self.vllm.to_json()
         out["nodes"] = [n.to_json() for n in self.nodes]
+        out["limit_mm_per_prompt"] = dict(self.limit_mm_per_prompt)
         return out
+
+    def modality_limit(self, modality: str) -> int | None:
+        """Items of `modality` a prompt may carry as vLLM resolves it (0 when text only; None: vLLM's default)."""
+        if self.language_model_only:
+            return 0
+        return dict(self.limit_mm_per_prompt).get(modality)
 
 
 # ---- reading -----------------------------------------------------------------------------------------------
@@ -570,6 +582,24 @@ def _block_size(v: object, path: str, ctx: _Ctx) -> Any:
     return v
 
 
+def _mm_limits(v: object, path: str, ctx: _Ctx) -> Any:
+    """vLLM's --limit-mm-per-prompt: {modality: count} or {modality: {count: n, ...}}."""
+    if v is None:
+        return ()
+    if not isinstance(v, Mapping):
+        ctx.fail(path, f"must be a mapping of modality to count, e.g. {{image: 0}}, got {_show(v)}")
+    out = []
+    for key, value in v.items():
+        p = _join(path, str(key))
+        if not isinstance(key, str) or not key.strip():
+            ctx.fail(p, "modality names are strings (image, video, audio)")
+        count = value.get("count") if isinstance(value, Mapping) else value
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            ctx.fail(p, f"must be a non-negative integer, got {_show(value)}")
+        out.append((key, count))
+    return tuple(out)
+
+
 _Check = Callable[[object, str, _Ctx], Any]
 
 _VLLM_FIELDS: dict[str, _Check] = {
@@ -653,6 +683,8 @@ _FIELDS: dict[str, _Check] = {
     "overhead_gib": lambda v, p, c: _float(v, p, c, optional=True),
     "distributed_executor_backend": lambda v, p, c: None if v is None else _choice(v, p, c, ("mp", "ray")),
     "enable_expert_parallel": _bool,
+    "language_model_only": _bool,
+    "limit_mm_per_prompt": _mm_limits,
     "nodes": _nodes,
     "vllm": _vllm,
 }
@@ -680,4 +712,5 @@ def _raw_profile(p: Profile) -> dict[str, Any]:
     raw = {f.name: getattr(p, f.name) for f in dataclasses.fields(p) if f.name != "source"}
     raw["vllm"] = _raw_vllm(p.vllm)
     raw["nodes"] = [n.to_json() for n in p.nodes]
+    raw["limit_mm_per_prompt"] = dict(p.limit_mm_per_prompt)
     return raw

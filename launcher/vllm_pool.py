@@ -11,9 +11,9 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from launcher.arch.model import Model
 from launcher.errors import ConfigError
 from launcher.kv import kv_element_bytes, kv_heads_per_rank
-from launcher.arch.model import Model
 
 Version = tuple[int, int, int]
 Platform = Literal["cuda", "cpu"]

@@ -25,10 +25,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.numpy import save_file
 
+from launcher.arch import Model
+from launcher.arch import read_config as shape_from_config
 from launcher.checkpoint import find_checkpoint
 from launcher.errors import FormatError
 from launcher.formats import FORMATS, FormatSpec, detect, normalize_name, spec_for, weight_bytes
-from launcher.arch import Model, read_config as shape_from_config
 from launcher.params import tensors
 from tests.conftest import CONFIGS
 

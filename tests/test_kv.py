@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from launcher.arch import read_config as shape_from_config
 from launcher.errors import ConfigError
 from launcher.formats import spec_for, weight_bytes
 from launcher.kv import kv_heads_per_rank, kv_per_token
-from launcher.arch import read_config as shape_from_config
 from launcher.params import count
 from tests.conftest import CONFIGS
 

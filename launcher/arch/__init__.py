@@ -42,9 +42,7 @@ def resolve(cfg: Mapping[str, Any], source: str | None = None) -> tuple[str, str
     return model_type, module
 
 
-def read_config(
-    cfg: Mapping[str, Any], source: str | None = None, *, headers: Sequence[Any] | None = None
-) -> Model:
+def read_config(cfg: Mapping[str, Any], source: str | None = None, *, headers: Sequence[Any] | None = None) -> Model:
     """Read a parsed config.json. `headers`: the checkpoint's tensors (checkpoint.TensorInfo), which the generic
     reader needs for a model_type no family reads. Raises ConfigError naming the file and field."""
     model_type, module = resolve(cfg, source)
@@ -57,7 +55,8 @@ def read_config(
 
         return generic.read(cfg, source, model_type=model_type, architecture=architecture, headers=headers)
     fam = registry.load_family(module)
-    top = Cfg(cfg, fam.DEFAULTS.get(model_type), source=source)
+    aliases = getattr(fam, "ATTRIBUTE_MAP", {}).get(model_type)
+    top = Cfg(cfg, fam.DEFAULTS.get(model_type), source=source, aliases=aliases)
     meta = Meta(
         model_type=model_type,
         architecture=architecture,

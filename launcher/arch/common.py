@@ -145,10 +145,10 @@ def build(c: Cfg, meta: Meta, *, vocab: int, hidden: int, layers: Sequence[Any],
 
 
 def text_config(c: Cfg, meta: Meta, text_type: str, defaults: Mapping[str, Any] | None,
-                key: str = "text_config") -> tuple[Cfg, Meta]:  # fmt: skip
+                key: str = "text_config", aliases: Mapping[str, str] | None = None) -> tuple[Cfg, Meta]:  # fmt: skip
     """A multimodal wrapper's language model: its sub-config with the text model's defaults, and the Meta
     that names the text model_type (the wrapper's type kept as wrapper_type)."""
-    t = c.sub(key, defaults)
+    t = c.sub(key, defaults, aliases)
     inner = t.raw.get("model_type")
     if inner is not None and not isinstance(inner, str):
         raise t.error("must be a string", "model_type")

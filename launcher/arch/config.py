@@ -7,12 +7,19 @@ rather than from the file. Pure: no I/O.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Mapping
 from typing import Any
 
 from launcher.errors import ConfigError
 
 _MISSING = object()
+
+# Bounds no real model comes near: a config beyond them is a mistake (or an attack), not a model to count.
+MAX_LAYERS = 4096
+MAX_DIM = 1 << 40
+_LAYER_KEYS = frozenset({"num_hidden_layers", "num_layers", "n_layer", "n_layers", "num_nextn_predict_layers",
+                         "mtp_num_hidden_layers", "num_mtp_layers"})  # fmt: skip
 
 
 class Cfg:
@@ -23,24 +30,41 @@ class Cfg:
         raw: Mapping[str, Any],
         defaults: Mapping[str, Any] | None = None,
         *,
-        source: str | None = None,
-        path: str = "",
-        used: set[str] | None = None,
+        source: builtins.str | None = None,
+        path: builtins.str = "",
+        used: builtins.set[builtins.str] | None = None,
+        aliases: Mapping[str, str] | None = None,
     ) -> None:
         self.raw = raw
+        # transformers' attribute_map: a public name -> the name the config stores (and to_dict writes)
+        self.aliases = dict(aliases or {})
         self.defaults = dict(defaults or {})
         self.source = source
         self.path = path  # "text_config." for a wrapped language model
-        self.used: set[str] = used if used is not None else set()
+        self.used: builtins.set[builtins.str] = used if used is not None else set()
 
     # ---- raw access -------------------------------------------------------------------------------------------
-    def has(self, key: str) -> bool:
-        return key in self.raw and self.raw[key] is not None
-
-    def get(self, key: str, default: Any = _MISSING) -> Any:
-        """The file's value; else the class default (recorded); else `default`."""
+    def _raw_key(self, key: builtins.str) -> builtins.str | None:
+        """The key under which the file holds `key`: itself, or its attribute_map twin."""
         if key in self.raw:
-            return self.raw[key]
+            return key
+        other = self.aliases.get(key)
+        if other is not None and other in self.raw:
+            return other
+        for public, stored in self.aliases.items():
+            if stored == key and public in self.raw:
+                return public
+        return None
+
+    def has(self, key: builtins.str) -> builtins.bool:
+        k = self._raw_key(key)
+        return k is not None and self.raw[k] is not None
+
+    def get(self, key: builtins.str, default: Any = _MISSING) -> Any:
+        """The file's value; else the class default (recorded); else `default`."""
+        k = self._raw_key(key)
+        if k is not None:
+            return self.raw[k]
         if key in self.defaults:
             self.used.add(self.path + key)
             return self.defaults[key]
@@ -48,19 +72,25 @@ class Cfg:
             return None
         return default
 
-    def error(self, message: str, key: str) -> ConfigError:
+    def error(self, message: builtins.str, key: builtins.str) -> ConfigError:
         return ConfigError(message, source=self.source, field=self.path + key)
 
     # ---- typed getters ----------------------------------------------------------------------------------------
-    def int(self, key: str, default: Any = _MISSING) -> int:
+    def int(self, key: builtins.str, default: Any = _MISSING) -> builtins.int:
         """A positive integer."""
         value = self.get(key, default)
         n = _as_int(value)
         if n is None or n <= 0:
             raise self.error(f"must be a positive integer, got {value!r}", key)
+        return self._bounded(key, n)
+
+    def _bounded(self, key: builtins.str, n: builtins.int) -> builtins.int:
+        limit = MAX_LAYERS if key in _LAYER_KEYS else MAX_DIM
+        if n > limit:
+            raise self.error(f"{n} is beyond any real model (at most {limit})", key)
         return n
 
-    def int0(self, key: str, default: Any = _MISSING) -> int:
+    def int0(self, key: builtins.str, default: Any = _MISSING) -> builtins.int:
         """A non-negative integer (None counts as 0)."""
         value = self.get(key, default)
         if value is None:
@@ -68,16 +98,16 @@ class Cfg:
         n = _as_int(value)
         if n is None or n < 0:
             raise self.error(f"must be a non-negative integer, got {value!r}", key)
-        return n
+        return self._bounded(key, n)
 
-    def opt_int(self, key: str, default: Any = _MISSING) -> int | None:
+    def opt_int(self, key: builtins.str, default: Any = _MISSING) -> builtins.int | None:
         """A positive integer or None."""
         value = self.get(key, default)
         if value is None:
             return None
         return self.int(key, default)
 
-    def bool(self, key: str, default: Any = _MISSING) -> bool:
+    def bool(self, key: builtins.str, default: Any = _MISSING) -> builtins.bool:
         value = self.get(key, default)
         if value is None and default is not _MISSING and default is not None:
             return bool(default)
@@ -87,13 +117,13 @@ class Cfg:
             raise self.error(f"must be true or false, got {value!r}", key)
         return value
 
-    def float(self, key: str, default: Any = _MISSING) -> float:
+    def float(self, key: builtins.str, default: Any = _MISSING) -> builtins.float:
         value = self.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self.error(f"must be a number, got {value!r}", key)
         return float(value)
 
-    def str(self, key: str, default: Any = _MISSING) -> str | None:
+    def str(self, key: builtins.str, default: Any = _MISSING) -> builtins.str | None:
         value = self.get(key, default)
         if value is None:
             return None
@@ -101,7 +131,7 @@ class Cfg:
             raise self.error(f"must be a string, got {value!r}", key)
         return value
 
-    def list(self, key: str, default: Any = _MISSING) -> list[Any] | None:
+    def list(self, key: builtins.str, default: Any = _MISSING) -> builtins.list[Any] | None:
         value = self.get(key, default)
         if value is None:
             return None
@@ -109,7 +139,7 @@ class Cfg:
             raise self.error(f"must be a list, got {type(value).__name__}", key)
         return list(value)
 
-    def int_list(self, key: str, default: Any = _MISSING) -> list[int] | None:
+    def int_list(self, key: builtins.str, default: Any = _MISSING) -> builtins.list[builtins.int] | None:
         values = self.list(key, default)
         if values is None:
             return None
@@ -121,16 +151,23 @@ class Cfg:
             out.append(n)
         return out
 
-    def sub(self, key: str, defaults: Mapping[str, Any] | None = None) -> Cfg:
+    def sub(
+        self,
+        key: builtins.str,
+        defaults: Mapping[builtins.str, Any] | None = None,
+        aliases: Mapping[builtins.str, builtins.str] | None = None,
+    ) -> Cfg:
         """A nested config object (vision_config, text_config); an absent one is all defaults."""
         value = self.raw.get(key)
         if value is None:
             value = {}
         if not isinstance(value, Mapping):
             raise self.error("must be an object", key)
-        return Cfg(value, defaults, source=self.source, path=f"{self.path}{key}.", used=self.used)
+        return Cfg(value, defaults, source=self.source, path=f"{self.path}{key}.", used=self.used, aliases=aliases)
 
-    def heads_divide(self, heads: int, kv_heads: int, key: str = "num_key_value_heads") -> None:
+    def heads_divide(
+        self, heads: builtins.int, kv_heads: builtins.int, key: builtins.str = "num_key_value_heads"
+    ) -> None:
         if kv_heads <= 0 or heads % kv_heads:
             raise self.error(f"num_attention_heads {heads} is not a multiple of {key} {kv_heads}", key)
 

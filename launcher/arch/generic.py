@@ -104,7 +104,7 @@ def read(
                 quantization_config=cfg.get("quantization_config"), top=top)  # fmt: skip
     _, num_layers = _first(c, "layers")
     _, hidden = _first(c, "hidden")
-    heads_key, n = _first(c, "heads")
+    _, n = _first(c, "heads")
     kv_key = "num_key_value_heads" if c.has("num_key_value_heads") else "multi_query_group_num"
     kv = c.opt_int(kv_key) or n
     d = c.opt_int("head_dim") or c.opt_int("kv_channels") or hidden // n
@@ -132,13 +132,14 @@ def read(
     layers = tuple(
         Layer(
             prefix=f"model.layers.{i}",
-            mixers=(attention(kinds[i], window=window, chunk=chunk, c=c, hidden=hidden, heads=n, kv_heads=kv,
-                              head_dim=d),),  # fmt: skip
+            mixers=(
+                attention(kinds[i], window=window, chunk=chunk, c=c, hidden=hidden, heads=n, kv_heads=kv, head_dim=d),
+            ),
         )
         for i in range(num_layers)
     )
     weights = header_tensors(headers)
-    vocab_key, vocab = _first(c, "vocab")
+    _, vocab = _first(c, "vocab")
     note = GENERIC.get(model_type, f"no family module reads {model_type!r}")
     return Model(
         model_type=model_type,

@@ -34,6 +34,12 @@ ATTENTION_KINDS = frozenset({"full_attention", "sliding_attention", "chunked_att
 STATE_KINDS = frozenset({"linear_attention", "mamba", "mamba2", "short_conv"})
 
 
+_CODES: dict[str, str] = {
+    "full_attention": "F", "sliding_attention": "S", "chunked_attention": "C", "mla": "A", "linear_attention": "G",
+    "mamba": "m", "mamba2": "M", "short_conv": "V", "kv_shared": "f", "compressed_attention": "X",
+}  # fmt: skip
+
+
 def place(extra: tuple[Tensor, ...], prefix: str, layer: int | None) -> list[Tensor]:
     """Family-specific tensors given with names relative to a module: made absolute, tagged with the layer."""
     return [dataclasses.replace(t, name=f"{prefix}.{t.name}", layer=layer) for t in extra]
@@ -55,6 +61,12 @@ class Mixer:
     @property
     def kind(self) -> MixerKind:
         raise NotImplementedError
+
+    @property
+    def code(self) -> str:
+        """One letter for layer maps: F full, S sliding, C chunked, A MLA, I MLA with an indexer, G Gated
+        DeltaNet, m Mamba, M Mamba2, V short conv, X compressed; lower case f/s/c: reads another layer's KV."""
+        return _CODES[self.kind]
 
     def tensors(self, prefix: str, layer: int | None) -> list[Tensor]:
         raise NotImplementedError
@@ -101,6 +113,11 @@ class Attention(Mixer):
     @property
     def kind(self) -> MixerKind:
         return "kv_shared" if self.shares_kv_with is not None else self.attention_kind
+
+    @property
+    def code(self) -> str:
+        letter = _CODES[self.attention_kind]
+        return letter.lower() if self.shares_kv_with is not None else letter
 
     @property
     def v_dim(self) -> int:
@@ -192,8 +209,9 @@ class Indexer:
         return [
             *linear(f"{p}.wq_b", "attention", self.heads * self.head_dim, self.q_lora_rank, layer, detail="indexer"),
             *linear(f"{p}.wk", "attention", self.head_dim, self.hidden, layer, detail="indexer"),
-            *norm(f"{p}.k_norm", self.head_dim, layer, part="attention", bias=self.k_norm_bias,
-                  detail="attention_norms"),  # fmt: skip
+            *norm(
+                f"{p}.k_norm", self.head_dim, layer, part="attention", bias=self.k_norm_bias, detail="attention_norms"
+            ),
             *linear(f"{p}.weights_proj", "attention", self.heads, self.hidden, layer, detail="indexer"),
         ]
 
@@ -221,6 +239,10 @@ class MLAttention(Mixer):
     @property
     def kind(self) -> MixerKind:
         return "mla"
+
+    @property
+    def code(self) -> str:
+        return "I" if self.indexer is not None else "A"
 
     def tensors(self, prefix: str, layer: int | None) -> list[Tensor]:
         p = f"{prefix}.{self.name}"
@@ -538,6 +560,9 @@ class MoE(MLP):
     shared: DenseMLP | None = None
     shared_gate: bool = False  # Qwen2-MoE: a 1-wide sigmoid gate on the shared expert
     shared_gate_name: str = "shared_expert_gate"
+    router_bytes: int = 0  # bytes per router weight in the checkpoint when it keeps the router in float32 (4)
+    score_bias: bool = False  # DeepSeek-V3-style routers: an e_score_correction_bias buffer per expert
+    score_bias_bytes: int = 0  # its bytes per element in the checkpoint (4: F32); 0: the checkpoint's dtype
     name: str = "mlp"
     extra: tuple[Tensor, ...] = ()
 
@@ -556,6 +581,12 @@ class MoE(MLP):
         x = f"{p}.{self.experts_name}"
         ts = linear(f"{p}.{self.router_name}", "experts", e, h, layer, bias=self.router_bias, gguf="ffn_gate_inp",
                     detail="router", role="router")  # fmt: skip
+        if self.router_bytes:
+            ts = [dataclasses.replace(t, stored_bytes=self.router_bytes) for t in ts]
+        if self.score_bias:
+            # Added to the router's scores to balance the experts; a buffer, saved but not a parameter.
+            ts.append(Tensor(f"{p}.{self.router_name}.e_score_correction_bias", "experts", "buffer", (e,), 1, layer,
+                             "exp_probs_b", "router", self.score_bias_bytes))  # fmt: skip
         if self.gated:
             ts += linear(f"{x}.{gate}", "experts", i, h, layer, bias=self.expert_bias, gguf="ffn_gate_exps",
                          detail="routed_experts", copies=e, role="expert")  # fmt: skip
@@ -622,6 +653,11 @@ class Layer:
     @property
     def kinds(self) -> tuple[MixerKind, ...]:
         return tuple(m.kind for m in self.mixers)
+
+    @property
+    def code(self) -> str:
+        """The layer in a layer map: its mixers' letters, or E for a layer without a token mixer."""
+        return "".join(m.code for m in self.mixers) or "E"
 
     def tensors(self, index: int | None) -> list[Tensor]:
         ts: list[Tensor] = []

@@ -13,6 +13,7 @@ from typing import Literal
 Part = Literal["embedding", "lm_head", "attention", "mixer", "mlp", "experts", "norms", "vision", "other"]
 Role = Literal[
     "embedding", "lm_head", "linear", "expert", "router", "bias", "norm", "sink", "conv", "position", "state",
+    "buffer", "unloaded",
 ]  # fmt: skip
 
 PARTS: tuple[Part, ...] = ("embedding", "lm_head", "attention", "mixer", "mlp", "experts", "norms", "vision", "other")
@@ -30,10 +31,21 @@ class Tensor:
     layer: int | None = None
     gguf: str | None = None  # llama.cpp's name for the tensor kind, for GGUF mixes (attn_v, ffn_down, output…)
     detail: str = ""  # finer bucket: attention_norms, mla_low_rank, router, shared_experts, dense_first…
+    stored_bytes: int = 0  # bytes per element the checkpoint stores whatever the format (F32 buffers); 0: the format's
 
     @property
     def numel(self) -> int:
         return prod(self.shape) * self.copies
+
+    @property
+    def is_parameter(self) -> bool:
+        """A parameter of the served model. Not: a buffer (saved in the checkpoint, not a parameter), nor an
+        "unloaded" tensor (transformers allocates it, no checkpoint holds it and vLLM never loads it)."""
+        return self.role not in ("buffer", "unloaded")
+
+    @property
+    def in_checkpoint(self) -> bool:
+        return self.role != "unloaded"
 
 
 def linear(
@@ -71,8 +83,15 @@ def conv1d(
 
 
 def param(
-    name: str, part: Part, shape: tuple[int, ...], layer: int | None, *, role: Role = "state", detail: str = "",
-    gguf: str | None = None, copies: int = 1,
+    name: str,
+    part: Part,
+    shape: tuple[int, ...],
+    layer: int | None,
+    *,
+    role: Role = "state",
+    detail: str = "",
+    gguf: str | None = None,
+    copies: int = 1,
 ) -> list[Tensor]:
     """A bare nn.Parameter (A_log, D, dt_bias, sinks, a learned position table)."""
     return [Tensor(name, part, role, shape, copies, layer, gguf, detail)]

@@ -15,6 +15,7 @@ class Tower:
     """An encoder loaded beside the language model; `modality` is what `--limit-mm-per-prompt` names."""
 
     modality: str = "image"
+    modalities: tuple[str, ...] = ("image",)  # vLLM skips the tower when every one of these is limited to 0
     hidden: int
     intermediate: int
 
@@ -49,11 +50,20 @@ class SiglipVision(Tower):
     def tensors(self) -> list[Tensor]:
         hv, iv, p = self.hidden, self.intermediate, self.prefix
         ts = [
-            Tensor(f"{p}.embeddings.patch_embedding.weight", "vision", "conv",
-                   (hv, self.num_channels, self.patch_size, self.patch_size)),  # fmt: skip
+            Tensor(
+                f"{p}.embeddings.patch_embedding.weight",
+                "vision",
+                "conv",
+                (hv, self.num_channels, self.patch_size, self.patch_size),
+            ),
             Tensor(f"{p}.embeddings.patch_embedding.bias", "vision", "bias", (hv,)),
-            *param(f"{p}.embeddings.position_embedding.weight", "vision", (self.patches_per_item, hv), None,
-                   role="position"),  # fmt: skip
+            *param(
+                f"{p}.embeddings.position_embedding.weight",
+                "vision",
+                (self.patches_per_item, hv),
+                None,
+                role="position",
+            ),
         ]
         for i in range(self.num_layers):
             q = f"{p}.encoder.layers.{i}"
@@ -72,8 +82,9 @@ class SiglipVision(Tower):
             ts += norm(f"{q}.layernorm", hv, None, part="vision", bias=True)
             ts += linear(f"{q}.mlp.fc1", "vision", iv, hv, None, bias=True)
             ts += linear(f"{q}.mlp.fc2", "vision", hv, iv, None, bias=True)
-        # Projector: an RMSNorm over the vision width, then a (vision -> text hidden) matrix stored without bias.
+        # Projector: an RMSNorm over the vision width, then a (vision -> text hidden) matrix stored without bias,
+        # as a bare parameter that multiplies from the right (vision rows, text columns).
         ts += norm("multi_modal_projector.mm_soft_emb_norm", hv, None, part="vision")
         ts.append(Tensor("multi_modal_projector.mm_input_projection_weight", "vision", "linear",
-                         (self.projector_out, hv)))  # fmt: skip
+                         (hv, self.projector_out)))  # fmt: skip
         return ts

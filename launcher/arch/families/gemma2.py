@@ -33,8 +33,19 @@ def read(c: Cfg, meta: Meta) -> Model:
         Layer(
             prefix=f"model.layers.{i}",
             norms=norms(hidden, *GEMMA_NORMS),
-            mixers=(attention(kinds[i], window=window, c=c, hidden=hidden, heads=n, kv_heads=kv, head_dim=d,
-                              qkv_bias=bias, o_bias=bias),),  # fmt: skip
+            mixers=(
+                attention(
+                    kinds[i],
+                    window=window,
+                    c=c,
+                    hidden=hidden,
+                    heads=n,
+                    kv_heads=kv,
+                    head_dim=d,
+                    qkv_bias=bias,
+                    o_bias=bias,
+                ),
+            ),
             mlps=(DenseMLP(hidden=hidden, inter=inter),),
         )
         for i in range(num_layers)

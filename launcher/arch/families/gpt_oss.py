@@ -34,8 +34,20 @@ def read(c: Cfg, meta: Meta) -> Model:
         Layer(
             prefix=f"model.layers.{i}",
             norms=norms(hidden, "input_layernorm", "post_attention_layernorm"),
-            mixers=(attention(kinds[i], window=window, c=c, hidden=hidden, heads=n, kv_heads=kv, head_dim=d,
-                              qkv_bias=bias, o_bias=bias, sinks=True),),  # fmt: skip
+            mixers=(
+                attention(
+                    kinds[i],
+                    window=window,
+                    c=c,
+                    hidden=hidden,
+                    heads=n,
+                    kv_heads=kv,
+                    head_dim=d,
+                    qkv_bias=bias,
+                    o_bias=bias,
+                    sinks=True,
+                ),
+            ),
             mlps=(moe,),
         )
         for i in range(num_layers)

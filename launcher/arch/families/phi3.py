@@ -29,8 +29,9 @@ def read(c: Cfg, meta: Meta) -> Model:
         Layer(
             prefix=f"model.layers.{i}",
             norms=norms(hidden, "input_layernorm", "post_attention_layernorm"),
-            mixers=(attention(kind, window=window, hidden=hidden, heads=n, kv_heads=kv, head_dim=d,
-                              fused_qkv="qkv_proj"),),  # fmt: skip
+            mixers=(
+                attention(kind, window=window, hidden=hidden, heads=n, kv_heads=kv, head_dim=d, fused_qkv="qkv_proj"),
+            ),
             mlps=(DenseMLP(hidden=hidden, inter=inter, fused_gate_up="gate_up_proj"),),
         )
         for i in range(c.int("num_hidden_layers"))

@@ -18,12 +18,16 @@ DEFAULTS: dict[str, dict[str, Any]] = {
                   attention_bias=False, use_sliding_window=False, sliding_window=4096, max_window_layers=28,
                   max_position_embeddings=32768),
     "qwen3_moe": dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=24,
-                      num_attention_heads=32, num_key_value_heads=4, head_dim=128, tie_word_embeddings=False,
+                      num_attention_heads=32, num_key_value_heads=4, head_dim=None, tie_word_embeddings=False,
                       attention_bias=False, use_sliding_window=False, sliding_window=4096,
                       max_window_layers=28, decoder_sparse_step=1, moe_intermediate_size=768,
                       num_experts_per_tok=8, num_experts=128, mlp_only_layers=None,
                       max_position_embeddings=32768),
 }  # fmt: skip
+
+
+# transformers' attribute_map: the public name -> the name a saved config holds.
+ATTRIBUTE_MAP: dict[str, dict[str, str]] = {"qwen3_moe": {"num_experts": "num_local_experts"}}
 
 
 def read(c: Cfg, meta: Meta) -> Model:
@@ -52,8 +56,20 @@ def read(c: Cfg, meta: Meta) -> Model:
             Layer(
                 prefix=f"model.layers.{i}",
                 norms=norms(hidden, "input_layernorm", "post_attention_layernorm"),
-                mixers=(attention(kinds[i], window=window, c=c, hidden=hidden, heads=n, kv_heads=kv, head_dim=d,
-                                  qkv_bias=bias, o_bias=bias, qk_norm="head"),),  # fmt: skip
+                mixers=(
+                    attention(
+                        kinds[i],
+                        window=window,
+                        c=c,
+                        hidden=hidden,
+                        heads=n,
+                        kv_heads=kv,
+                        head_dim=d,
+                        qkv_bias=bias,
+                        o_bias=bias,
+                        qk_norm="head",
+                    ),
+                ),
                 mlps=(mlp,),
             )
         )

@@ -1,0 +1,85 @@
+"""Cohere2-MoE (Command A+): Cohere 2's parallel block (one input norm feeds attention and the MLP side by
+side), three sliding-window layers to one global, tied embeddings; the MLP is a MoE whose router is a bare
+weight (`mlp.gate.weight`), with optional shared experts and an optional prefix of dense layers
+(`mlp_layer_types`, or the `first_k_dense_replace` a config may give instead)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from launcher.arch.common import Meta, attention, build, embed_head, heads, layer_types, tied
+from launcher.arch.config import Cfg
+from launcher.arch.layers import MLP, DenseMLP, Layer, MoE, norms, shared_experts
+from launcher.arch.model import Model
+
+MODEL_TYPES = ("cohere2_moe",)
+
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "cohere2_moe": dict(vocab_size=256000, hidden_size=8192, intermediate_size=22528, num_hidden_layers=40,
+                        num_attention_heads=64, num_key_value_heads=None, head_dim=128, tie_word_embeddings=True,
+                        attention_bias=False, sliding_window=4096, num_experts=8, num_experts_per_tok=2,
+                        num_shared_experts=0, layer_types=None, mlp_layer_types=None,
+                        prefix_dense_sliding_window_pattern=1, prefix_dense_intermediate_size=None,
+                        sliding_window_pattern=4, first_k_dense_replace=0, max_position_embeddings=8192),
+}  # fmt: skip
+
+
+def _kinds(c: Cfg, num_layers: int, k_dense: int) -> list[str]:
+    """Layer kinds: `layer_types`, else the dense prefix and the MoE layers each count their own period."""
+
+    def default(i: int) -> str:
+        if i < k_dense:
+            j, period = i, c.int("prefix_dense_sliding_window_pattern")
+        else:
+            j, period = i - k_dense, c.int("sliding_window_pattern")
+        return "sliding_attention" if (j + 1) % period else "full_attention"
+
+    return layer_types(c, num_layers, default)
+
+
+def read(c: Cfg, meta: Meta) -> Model:
+    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
+    n, kv, d = heads(c)
+    num_layers = c.int("num_hidden_layers")
+    k_dense = c.int0("first_k_dense_replace")
+    kinds = _kinds(c, num_layers, k_dense)
+    mlp_types = c.list("mlp_layer_types") or ["dense" if i < k_dense else "sparse" for i in range(num_layers)]
+    if len(mlp_types) < num_layers:
+        raise c.error(f"has {len(mlp_types)} entries for {num_layers} layers", "mlp_layer_types")
+    window = c.opt_int("sliding_window")
+    bias = c.bool("attention_bias")
+    is_tied = tied(c, meta)
+    n_shared = c.int0("num_shared_experts")
+    moe = MoE(
+        hidden=hidden, num_experts=c.int("num_experts"), experts_per_token=c.int("num_experts_per_tok"),
+        expert_intermediate=inter,  # every routed expert is intermediate_size wide
+        # the shared experts run as one MLP num_shared_experts times as wide
+        shared=shared_experts(hidden, inter * n_shared) if n_shared else None,
+    )  # fmt: skip
+    dense = DenseMLP(hidden=hidden, inter=c.opt_int("prefix_dense_intermediate_size") or inter, detail="dense_first")
+    layers = []
+    for i in range(num_layers):
+        mlp: MLP = dense if mlp_types[i] == "dense" else moe
+        layers.append(
+            Layer(
+                prefix=f"model.layers.{i}",
+                norms=norms(hidden, "input_layernorm"),  # parallel block: one norm before attention and MLP
+                mixers=(
+                    attention(
+                        kinds[i],
+                        window=window,
+                        c=c,
+                        hidden=hidden,
+                        heads=n,
+                        kv_heads=kv,
+                        head_dim=d,
+                        qkv_bias=bias,
+                        o_bias=bias,
+                    ),
+                ),
+                mlps=(mlp,),
+            )
+        )
+    embeddings, head = embed_head(vocab, hidden, is_tied)
+    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
+                 head=head, rotary_dim=d)  # fmt: skip

@@ -1,0 +1,45 @@
+"""FlexOlmo: OLMo 2's layer (norms after attention and after the MLP, none before; RMSNorm over the whole q
+and k projections) with a MoE of independently trained experts in place of the MLP, no shared expert; the
+router is a bare weight (`mlp.gate`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from launcher.arch.common import Meta, build, embed_head, heads, tied
+from launcher.arch.config import Cfg
+from launcher.arch.layers import Attention, Layer, MoE, norms
+from launcher.arch.model import Model
+
+MODEL_TYPES = ("flex_olmo",)
+
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "flex_olmo": dict(vocab_size=100352, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                      num_attention_heads=32, num_key_value_heads=None, tie_word_embeddings=False,
+                      attention_bias=False, num_experts=7, num_experts_per_tok=5, max_position_embeddings=4096),
+}  # fmt: skip
+
+# transformers' attribute_map: the public name -> the name a saved config holds.
+ATTRIBUTE_MAP: dict[str, dict[str, str]] = {"flex_olmo": {"num_local_experts": "num_experts"}}
+
+
+def read(c: Cfg, meta: Meta) -> Model:
+    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
+    n, kv, d = heads(c)
+    bias = c.bool("attention_bias")
+    is_tied = tied(c, meta)
+    attn = Attention(hidden=hidden, heads=n, kv_heads=kv, head_dim=d, qkv_bias=bias, o_bias=bias, qk_norm="full")
+    moe = MoE(hidden=hidden, num_experts=c.int("num_experts"), experts_per_token=c.int("num_experts_per_tok"),
+              expert_intermediate=inter)  # fmt: skip
+    layers = [
+        Layer(
+            prefix=f"model.layers.{i}",
+            norms=norms(hidden, "post_attention_layernorm", "post_feedforward_layernorm"),
+            mixers=(attn,),
+            mlps=(moe,),
+        )
+        for i in range(c.int("num_hidden_layers"))
+    ]
+    embeddings, head = embed_head(vocab, hidden, is_tied)
+    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
+                 head=head, rotary_dim=d)  # fmt: skip

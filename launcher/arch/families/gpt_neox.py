@@ -1,0 +1,54 @@
+"""GPT-NeoX (Pythia, GPT-NeoX-20B): LayerNorms with biases, q/k/v fused in query_key_value, a plain biased
+MLP, rotary embeddings on only a fraction of each head (rotary_pct, 0.25 by default). The output head is saved
+as `embed_out` (transformers renames it to lm_head when loading)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from launcher.arch.common import Meta, build, embed_head, tied
+from launcher.arch.config import Cfg
+from launcher.arch.layers import Attention, DenseMLP, Layer, norms
+from launcher.arch.model import Model
+
+MODEL_TYPES = ("gpt_neox",)
+
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "gpt_neox": dict(vocab_size=50432, hidden_size=6144, num_hidden_layers=44, num_attention_heads=64,
+                     intermediate_size=24576, tie_word_embeddings=False, attention_bias=True,
+                     max_position_embeddings=2048, rotary_pct=0.25),
+}  # fmt: skip
+
+
+def partial_rotary(c: Cfg, head_dim: int, key: str = "rotary_pct") -> int:
+    """Rotary width per head: rope_parameters' partial_rotary_factor, else the legacy key, times head_dim."""
+    rope = c.get("rope_parameters")
+    factor: Any = rope.get("partial_rotary_factor") if isinstance(rope, dict) else None
+    if factor is None:
+        factor = c.float(key)
+    if isinstance(factor, bool) or not isinstance(factor, int | float) or not 0 <= factor <= 1:
+        raise c.error(f"partial rotary factor must be a number in [0, 1], got {factor!r}", key)
+    return int(head_dim * factor)
+
+
+def read(c: Cfg, meta: Meta) -> Model:
+    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
+    n = c.int("num_attention_heads")
+    d = hidden // n
+    if d <= 0:
+        raise c.error("hidden_size // num_attention_heads is 0", "num_attention_heads")
+    bias = c.bool("attention_bias")
+    is_tied = tied(c, meta)
+    # query_key_value: 3 × hidden (every head has its own K and V)
+    attn = Attention(hidden=hidden, heads=n, kv_heads=n, head_dim=d, qkv_bias=bias, o_bias=bias,
+                     fused_qkv="query_key_value", names=("q", "k", "v", "dense"), name="attention")  # fmt: skip
+    mlp = DenseMLP(hidden=hidden, inter=inter, gated=False, bias=True, names=("", "dense_h_to_4h", "dense_4h_to_h"))
+    ln = norms(hidden, "input_layernorm", "post_attention_layernorm", bias=True)
+    layers = [
+        Layer(prefix=f"gpt_neox.layers.{i}", norms=ln, mixers=(attn,), mlps=(mlp,))
+        for i in range(c.int("num_hidden_layers"))
+    ]
+    embeddings, head = embed_head(vocab, hidden, is_tied, embed="gpt_neox.embed_in",
+                                  final_norm="gpt_neox.final_layer_norm", head="embed_out", norm_bias=True)  # fmt: skip
+    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
+                 head=head, rotary_dim=partial_rotary(c, d))  # fmt: skip

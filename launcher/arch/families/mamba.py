@@ -1,0 +1,46 @@
+"""Mamba (v1) and Falcon-Mamba: every layer one selective-SSM mixer under `backbone.`, no attention and no MLP.
+
+Falcon-Mamba differs only in RMS norms on B, C and dt inside the mixer, and those carry no weights (transformers
+keeps non-persistent ones-buffers), so both read the same. Per request a layer keeps a conv state of
+d_inner x (kernel - 1) and an SSM state of d_inner x d_state; vLLM serves both as MambaForCausalLM.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from launcher.arch.common import Meta, build, embed_head, tied
+from launcher.arch.config import Cfg
+from launcher.arch.layers import Layer, Mamba, Norm
+from launcher.arch.model import Model
+
+MODEL_TYPES = ("mamba", "falcon_mamba")
+
+_MAMBA = dict(vocab_size=50280, hidden_size=768, state_size=16, num_hidden_layers=32, expand=2, conv_kernel=4,
+              use_bias=False, use_conv_bias=True, time_step_rank="auto", tie_word_embeddings=True)  # fmt: skip
+DEFAULTS: dict[str, dict[str, Any]] = {"mamba": _MAMBA, "falcon_mamba": _MAMBA}
+
+
+def dt_rank(c: Cfg, key: str, hidden: int) -> int:
+    """The low rank of the dt projection: "auto" is ceil(hidden / 16), as transformers computes it."""
+    if c.get(key) == "auto":
+        return math.ceil(hidden / 16)
+    return c.int(key)
+
+
+def read(c: Cfg, meta: Meta) -> Model:
+    vocab, hidden = c.int("vocab_size"), c.int("hidden_size")
+    # intermediate_size is derived (expand * hidden) unless the saved config states it.
+    d_inner = c.opt_int("intermediate_size") or c.int("expand") * hidden
+    mixer = Mamba(hidden=hidden, d_inner=d_inner, d_state=c.int("state_size"), conv_kernel=c.int("conv_kernel"),
+                  dt_rank=dt_rank(c, "time_step_rank", hidden), conv_bias=c.bool("use_conv_bias"),
+                  proj_bias=c.bool("use_bias"))  # fmt: skip
+    is_tied = tied(c, meta)
+    layers = [
+        Layer(prefix=f"backbone.layers.{i}", norms=(Norm(name="norm", size=hidden, gguf="attn_norm"),), mixers=(mixer,))
+        for i in range(c.int("num_hidden_layers"))
+    ]
+    embeddings, head = embed_head(vocab, hidden, is_tied, embed="backbone.embeddings", final_norm="backbone.norm_f")
+    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
+                 head=head, rotary_dim=0)  # fmt: skip

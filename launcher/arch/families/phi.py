@@ -1,0 +1,49 @@
+"""Phi (Phi-1, Phi-1.5, Phi-2): one biased LayerNorm per layer feeding attention and MLP in parallel, biased
+q/k/v/dense projections, optional per-head q/k LayerNorms, a plain biased MLP (fc1, fc2), partial rotary
+(half of each head by default) and an output head with a bias."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from launcher.arch.common import Meta, build, embed_head, heads, tied
+from launcher.arch.config import Cfg
+from launcher.arch.families.gpt2 import head_bias
+from launcher.arch.families.gpt_neox import partial_rotary
+from launcher.arch.layers import Attention, DenseMLP, Layer, norms
+from launcher.arch.model import Model
+from launcher.arch.tensors import Tensor, norm
+
+MODEL_TYPES = ("phi",)
+
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "phi": dict(vocab_size=51200, hidden_size=2048, intermediate_size=8192, num_hidden_layers=24,
+                num_attention_heads=32, num_key_value_heads=None, max_position_embeddings=2048,
+                tie_word_embeddings=False, qk_layernorm=False, partial_rotary_factor=0.5),
+}  # fmt: skip
+
+
+def read(c: Cfg, meta: Meta) -> Model:
+    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
+    n, kv, d = heads(c)
+    qk_norm: tuple[Tensor, ...] = ()
+    if c.bool("qk_layernorm"):
+        # LayerNorms (weight and bias) over hidden // heads, shared by all heads, even with an explicit head_dim
+        w = hidden // n
+        qk_norm = (
+            *norm("q_layernorm", w, None, part="attention", bias=True, detail="attention_norms"),
+            *norm("k_layernorm", w, None, part="attention", bias=True, detail="attention_norms"),
+        )
+    is_tied = tied(c, meta)
+    attn = Attention(hidden=hidden, heads=n, kv_heads=kv, head_dim=d, qkv_bias=True, o_bias=True,
+                     names=("q_proj", "k_proj", "v_proj", "dense"), extra=qk_norm)  # fmt: skip
+    mlp = DenseMLP(hidden=hidden, inter=inter, gated=False, bias=True, names=("", "fc1", "fc2"))
+    ln = norms(hidden, "input_layernorm", bias=True)  # one norm feeds attention and MLP in parallel
+    layers = [
+        Layer(prefix=f"model.layers.{i}", norms=ln, mixers=(attn,), mlps=(mlp,))
+        for i in range(c.int("num_hidden_layers"))
+    ]
+    embeddings, head = embed_head(vocab, hidden, is_tied, final_norm="model.final_layernorm", norm_bias=True)
+    head += (head_bias(vocab),)
+    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
+                 head=head, rotary_dim=partial_rotary(c, d, "partial_rotary_factor"))  # fmt: skip

@@ -1,0 +1,73 @@
+"""`count --json` speaks the layer map; plan honours text-only flags and refuses cache kinds it cannot predict."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from launcher.cli import main
+from tests.conftest import CONFIGS, FIXTURES
+
+
+def _count(path: Path, *args: str) -> dict[str, object]:
+    r = CliRunner().invoke(main, ["count", str(path), "--json", *args])
+    assert r.exit_code == 0, r.output
+    data: dict[str, object] = json.loads(r.stdout)
+    return data
+
+
+def test_count_json_keeps_its_keys_and_adds_the_layer_map() -> None:
+    data = _count(CONFIGS / "gemma-3-27b-it.json")
+    for key in ("model", "config", "model_type", "architecture", "total", "text_total", "parts", "detail",
+                "per_layer", "tied_embeddings", "defaults_used", "weight_bytes", "weights", "checkpoint",
+                "kv_cache_dtype", "kv_bytes_per_token", "kv"):  # fmt: skip
+        assert key in data, key
+    assert data["arch_support"] == "exact"
+    assert data["model_type"] == "gemma3_text" and data["wrapper_type"] == "gemma3"
+    assert data["num_layers"] == 62
+    layers = data["layers"]
+    assert isinstance(layers, dict)
+    # 62 layers, every 6th global: 10 full, 52 sliding over a 1024-token window (the oracle's LAYERS.tsv agrees)
+    assert layers["full_attention"]["count"] == 10
+    assert layers["sliding_attention"] == {"count": 52, "kv_heads": 16, "head_dim": 128, "window": 1024}
+    assert data["layer_map"] == ("SSSSSF" * 11)[:62]
+
+
+def test_count_mla_layers_name_their_latent() -> None:
+    data = _count(CONFIGS / "DeepSeek-V3.json")
+    assert data["layers"] == {"mla": {"count": 61, "kv_lora_rank": 512, "qk_rope_head_dim": 64},
+                              "mtp": {"count": 1, "kinds": ["mla"]}}  # fmt: skip
+
+
+def _gemma_plan(*args: str) -> dict[str, object]:
+    r = CliRunner().invoke(main, ["plan", "--config", str(CONFIGS / "gemma-3-27b-it.json"), "--machine",
+                                  "h100-80gb", "--max-model-len", "8192", "--vllm-version", "0.19.0", "--json",
+                                  *args])  # fmt: skip
+    assert r.exit_code in (0, 3), r.output
+    data: dict[str, object] = json.loads(r.stdout)
+    return data
+
+
+def test_text_only_flags_drop_the_vision_tower() -> None:
+    full = _gemma_plan()
+    text = _gemma_plan("--language-model-only")
+    no_images = _gemma_plan("--limit-mm-per-prompt", '{"image": 0}')
+    # the vision tower and projector: 27,432,406,640 - 27,009,346,304 parameters (transformers' counts, ORACLE.tsv)
+    tower = 2 * (27_432_406_640 - 27_009_346_304)
+    assert isinstance(full["weights_bytes"], int) and isinstance(text["weights_bytes"], int)
+    assert full["weights_bytes"] - text["weights_bytes"] == tower
+    assert text["weights_bytes"] == no_images["weights_bytes"]
+    assert "--language-model-only" in text["vllm_argv"]
+    assert no_images["vllm_argv"][-2:] == ["--limit-mm-per-prompt", '{"image":0}']
+    # an old vLLM loads the tower whatever the limits say
+    old = _gemma_plan("--language-model-only", "--vllm-version", "0.10.1")
+    assert old["weights_bytes"] == _gemma_plan("--vllm-version", "0.10.1")["weights_bytes"]
+
+
+def test_plan_refuses_cache_kinds_it_does_not_predict() -> None:
+    hybrid = FIXTURES / "configs-v2" / "configs" / "qwen3_next--default.json"
+    r = CliRunner().invoke(main, ["plan", "--config", str(hybrid), "--machine", "dgx-spark"])
+    assert r.exit_code == 2
+    assert "linear_attention" in r.stderr and "not predicted" in r.stderr
