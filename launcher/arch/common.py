@@ -9,7 +9,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from launcher.arch.config import Cfg
-from launcher.arch.layers import Attention, ChunkedLocalAttention, SlidingWindowAttention
+from launcher.arch.layers import (
+    MLP,
+    Attention,
+    ChunkedLocalAttention,
+    Layer,
+    Mixer,
+    Norm,
+    SlidingWindowAttention,
+    norms,
+)
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, norm
 
@@ -159,3 +168,43 @@ def text_config(c: Cfg, meta: Meta, text_type: str, defaults: Mapping[str, Any] 
 
 def layer_prefix(i: int, base: str = "model.layers") -> str:
     return f"{base}.{i}"
+
+
+def decoder(
+    c: Cfg,
+    meta: Meta,
+    *,
+    parts: Callable[[int], tuple[Mixer, MLP]],
+    rotary_dim: int,
+    layer_norms: Sequence[str | Norm] = ("input_layernorm", "post_attention_layernorm"),
+    norm_bias: bool = False,
+    prefix: str = "model.layers",
+    is_tied: bool | None = None,
+    embed: str = "model.embed_tokens",
+    final_norm: str | None = "model.norm",
+    head: str = "lm_head",
+    hidden: int | None = None,
+    num_layers: int | None = None,
+    layer_extra: tuple[Tensor, ...] = (),
+    embed_extra: Sequence[Tensor] = (),
+    head_extra: Sequence[Tensor] = (),
+    **kw: Any,
+) -> Model:
+    """The common decoder-only model: num_hidden_layers layers of one token mixer and one MLP (`parts(i)`) with
+    the named norms of the hidden size (or the Norms given), the token embedding, a final norm and the output
+    head (unless tied). `hidden` and `num_layers` stand in for configs that name those fields otherwise;
+    `layer_extra` goes into every layer, `embed_extra` and `head_extra` after the embedding and the head."""
+    vocab = c.int("vocab_size")
+    hidden = c.int("hidden_size") if hidden is None else hidden
+    tie = tied(c, meta) if is_tied is None else is_tied
+    named = norms(hidden, *(n if isinstance(n, str) else n.name for n in layer_norms), bias=norm_bias)
+    ln = tuple(n if isinstance(n, Norm) else m for n, m in zip(layer_norms, named, strict=True))
+    layers = []
+    for i in range(c.int("num_hidden_layers") if num_layers is None else num_layers):
+        mixer, mlp = parts(i)
+        layers.append(Layer(prefix=f"{prefix}.{i}", norms=ln, mixers=(mixer,), mlps=(mlp,), extra=layer_extra))
+    embeddings, out = embed_head(vocab, hidden, tie, embed=embed, final_norm=final_norm, head=head,
+                                 norm_bias=norm_bias)  # fmt: skip
+    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=tie,
+                 embeddings=(*embeddings, *embed_extra), head=(*out, *head_extra), rotary_dim=rotary_dim,
+                 **kw)  # fmt: skip

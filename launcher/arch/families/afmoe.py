@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, attention, build, embed_head, heads, layer_types, tied
+from launcher.arch.common import Meta, attention, decoder, heads, layer_types
 from launcher.arch.config import Cfg
-from launcher.arch.layers import MLP, DenseMLP, Layer, MoE, norms, shared_experts
+from launcher.arch.layers import DenseMLP, MoE, shared_experts
 from launcher.arch.model import Model
 from launcher.arch.tensors import linear, param
 
@@ -27,14 +27,13 @@ AFMOE_NORMS = ("input_layernorm", "post_attention_layernorm", "pre_mlp_layernorm
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
+    hidden = c.int("hidden_size")
     n, kv, d = heads(c)
     num_layers = c.int("num_hidden_layers")
     every = c.int("global_attn_every_n_layers")
     kinds = layer_types(c, num_layers, lambda i: "sliding_attention" if (i + 1) % every else "full_attention")
     window = c.opt_int("sliding_window")
     bias = c.bool("attention_bias")
-    is_tied = tied(c, meta)
     dense_layers = c.int0("num_dense_layers")
     num_experts, moe_inter = c.int("num_experts"), c.int("moe_intermediate_size")
     # The output gate: one sigmoid per query channel (heads x head_dim), from the layer input.
@@ -46,32 +45,8 @@ def read(c: Cfg, meta: Meta) -> Model:
         shared=shared_experts(hidden, moe_inter * c.int0("num_shared_experts")),
         extra=tuple(param("expert_bias", "experts", (num_experts,), None, role="bias", detail="router")),
     )  # fmt: skip
-    dense = DenseMLP(hidden=hidden, inter=inter, detail="dense_first")
-    layers = []
-    for i in range(num_layers):
-        mlp: MLP = dense if i < dense_layers else moe
-        layers.append(
-            Layer(
-                prefix=f"model.layers.{i}",
-                norms=norms(hidden, *AFMOE_NORMS),
-                mixers=(
-                    attention(
-                        kinds[i],
-                        window=window,
-                        c=c,
-                        hidden=hidden,
-                        heads=n,
-                        kv_heads=kv,
-                        head_dim=d,
-                        qkv_bias=bias,
-                        o_bias=bias,
-                        qk_norm="head",
-                        extra=gate,
-                    ),
-                ),
-                mlps=(mlp,),
-            )
-        )
-    embeddings, head = embed_head(vocab, hidden, is_tied)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=d)  # fmt: skip
+    dense = DenseMLP(hidden=hidden, inter=c.int("intermediate_size"), detail="dense_first")
+    attn = {k: attention(k, window=window, c=c, hidden=hidden, heads=n, kv_heads=kv, head_dim=d, qkv_bias=bias,
+                         o_bias=bias, qk_norm="head", extra=gate) for k in set(kinds)}  # fmt: skip
+    return decoder(c, meta, parts=lambda i: (attn[kinds[i]], dense if i < dense_layers else moe), rotary_dim=d,
+                   layer_norms=AFMOE_NORMS)  # fmt: skip

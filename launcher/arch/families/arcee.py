@@ -1,12 +1,14 @@
-"""Arcee (AFM): Llama's attention with a plain two-matrix MLP (up, ReLU², down) instead of SwiGLU."""
+"""Arcee (AFM): Llama's attention with a plain two-matrix MLP (up, ReLU², down) instead of SwiGLU; Jais 2 and
+Nemotron build the same layer (`plain_mlp_model`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, build, embed_head, heads, tied
+from launcher.arch.common import Meta, decoder
 from launcher.arch.config import Cfg
-from launcher.arch.layers import Attention, DenseMLP, Layer, norms
+from launcher.arch.families.llama import llama_attention
+from launcher.arch.layers import DenseMLP
 from launcher.arch.model import Model
 
 MODEL_TYPES = ("arcee",)
@@ -18,22 +20,15 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 
+def plain_mlp_model(c: Cfg, meta: Meta, *, norm_bias: bool = False, rotary_factor: float = 1.0) -> Model:
+    """Llama's layer with a plain MLP (up, then down, biased by `mlp_bias`), as Arcee, Jais 2 and Nemotron
+    build it; `norm_bias` for LayerNorms with a bias, RoPE on `rotary_factor` of each head."""
+    hidden = c.int("hidden_size")
+    attn = llama_attention(c, hidden)
+    mlp = DenseMLP(hidden=hidden, inter=c.int("intermediate_size"), gated=False, bias=c.bool("mlp_bias"))
+    return decoder(c, meta, parts=lambda i: (attn, mlp), rotary_dim=int(attn.head_dim * rotary_factor),
+                   norm_bias=norm_bias)  # fmt: skip
+
+
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
-    n, kv, d = heads(c)
-    bias = c.bool("attention_bias")
-    is_tied = tied(c, meta)
-    attn = Attention(hidden=hidden, heads=n, kv_heads=kv, head_dim=d, qkv_bias=bias, o_bias=bias)
-    mlp = DenseMLP(hidden=hidden, inter=inter, gated=False, bias=c.bool("mlp_bias"))
-    layers = [
-        Layer(
-            prefix=f"model.layers.{i}",
-            norms=norms(hidden, "input_layernorm", "post_attention_layernorm"),
-            mixers=(attn,),
-            mlps=(mlp,),
-        )
-        for i in range(c.int("num_hidden_layers"))
-    ]
-    embeddings, head = embed_head(vocab, hidden, is_tied)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=d)  # fmt: skip
+    return plain_mlp_model(c, meta)

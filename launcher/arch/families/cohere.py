@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, attention, build, embed_head, heads, layer_types, tied
+from launcher.arch.common import Meta, attention, decoder, heads, layer_types
 from launcher.arch.config import Cfg
-from launcher.arch.layers import DenseMLP, Layer, norms
+from launcher.arch.layers import DenseMLP
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, norm
 
@@ -27,7 +27,7 @@ SLIDING_WINDOW_PATTERN = 4  # cohere2 without layer_types: every 4th layer full,
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
+    hidden = c.int("hidden_size")
     v2 = meta.model_type == "cohere2"
     n, kv, d = heads(c)
     num_layers = c.int("num_hidden_layers")
@@ -47,14 +47,8 @@ def read(c: Cfg, meta: Meta) -> Model:
             *norm("k_norm", (kv, d), None, part="attention", gguf="attn_k_norm", detail="attention_norms"),
         )
     bias = c.bool("attention_bias")
-    is_tied = tied(c, meta)
     attn = {k: attention(k, window=window, c=c, hidden=hidden, heads=n, kv_heads=kv, head_dim=d, qkv_bias=bias,
                          o_bias=bias, extra=qk) for k in set(kinds)}  # fmt: skip
-    mlp = DenseMLP(hidden=hidden, inter=inter)
-    ln = norms(hidden, "input_layernorm")  # one norm feeds attention and MLP in parallel
-    layers = [
-        Layer(prefix=f"model.layers.{i}", norms=ln, mixers=(attn[kinds[i]],), mlps=(mlp,)) for i in range(num_layers)
-    ]
-    embeddings, head = embed_head(vocab, hidden, is_tied)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=d)  # fmt: skip
+    mlp = DenseMLP(hidden=hidden, inter=c.int("intermediate_size"))
+    # one norm feeds attention and MLP in parallel
+    return decoder(c, meta, parts=lambda i: (attn[kinds[i]], mlp), rotary_dim=d, layer_norms=("input_layernorm",))

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, attention, build, embed_head, heads, layer_types, tied
+from launcher.arch.common import Meta, decoder, layer_types
 from launcher.arch.config import Cfg
-from launcher.arch.layers import MLP, DenseMLP, Layer, MoE, norms, shared_experts
+from launcher.arch.families.llama import llama_attention
+from launcher.arch.layers import DenseMLP, MoE, shared_experts
 from launcher.arch.model import Model
 
 MODEL_TYPES = ("cohere2_moe",)
@@ -38,8 +39,7 @@ def _kinds(c: Cfg, num_layers: int, k_dense: int) -> list[str]:
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
-    n, kv, d = heads(c)
+    hidden, inter = c.int("hidden_size"), c.int("intermediate_size")
     num_layers = c.int("num_hidden_layers")
     k_dense = c.int0("first_k_dense_replace")
     kinds = _kinds(c, num_layers, k_dense)
@@ -47,8 +47,6 @@ def read(c: Cfg, meta: Meta) -> Model:
     if len(mlp_types) < num_layers:
         raise c.error(f"has {len(mlp_types)} entries for {num_layers} layers", "mlp_layer_types")
     window = c.opt_int("sliding_window")
-    bias = c.bool("attention_bias")
-    is_tied = tied(c, meta)
     n_shared = c.int0("num_shared_experts")
     moe = MoE(
         hidden=hidden, num_experts=c.int("num_experts"), experts_per_token=c.int("num_experts_per_tok"),
@@ -57,29 +55,7 @@ def read(c: Cfg, meta: Meta) -> Model:
         shared=shared_experts(hidden, inter * n_shared) if n_shared else None,
     )  # fmt: skip
     dense = DenseMLP(hidden=hidden, inter=c.opt_int("prefix_dense_intermediate_size") or inter, detail="dense_first")
-    layers = []
-    for i in range(num_layers):
-        mlp: MLP = dense if mlp_types[i] == "dense" else moe
-        layers.append(
-            Layer(
-                prefix=f"model.layers.{i}",
-                norms=norms(hidden, "input_layernorm"),  # parallel block: one norm before attention and MLP
-                mixers=(
-                    attention(
-                        kinds[i],
-                        window=window,
-                        c=c,
-                        hidden=hidden,
-                        heads=n,
-                        kv_heads=kv,
-                        head_dim=d,
-                        qkv_bias=bias,
-                        o_bias=bias,
-                    ),
-                ),
-                mlps=(mlp,),
-            )
-        )
-    embeddings, head = embed_head(vocab, hidden, is_tied)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=d)  # fmt: skip
+    attn = {k: llama_attention(c, hidden, k, window) for k in set(kinds)}
+    # parallel block: one norm before attention and MLP
+    return decoder(c, meta, parts=lambda i: (attn[kinds[i]], dense if mlp_types[i] == "dense" else moe),
+                   rotary_dim=attn[kinds[0]].head_dim, layer_norms=("input_layernorm",))  # fmt: skip

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, attention, build, embed_head, heads, layer_types, tied
+from launcher.arch.common import Meta, attention, decoder, heads, layer_types
 from launcher.arch.config import Cfg
-from launcher.arch.layers import DenseMLP, Layer, norms
+from launcher.arch.layers import DenseMLP
 from launcher.arch.model import Model
 
 MODEL_TYPES = ("cwm",)
@@ -20,22 +20,11 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
+    hidden = c.int("hidden_size")
     n, kv, d = heads(c)
-    num_layers = c.int("num_hidden_layers")
     window = c.int("sliding_window")  # CwmConfig requires one
-    kinds = layer_types(c, num_layers, lambda i: "full_attention" if i % 4 == 0 else "sliding_attention")
-    is_tied = tied(c, meta)
-    mlp = DenseMLP(hidden=hidden, inter=inter, bias=c.bool("mlp_bias"))
-    layers = [
-        Layer(
-            prefix=f"model.layers.{i}",
-            norms=norms(hidden, "input_layernorm", "post_attention_layernorm"),
-            mixers=(attention(kinds[i], window=window, c=c, hidden=hidden, heads=n, kv_heads=kv, head_dim=d),),
-            mlps=(mlp,),
-        )
-        for i in range(num_layers)
-    ]
-    embeddings, head = embed_head(vocab, hidden, is_tied)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=d)  # fmt: skip
+    kinds = layer_types(c, c.int("num_hidden_layers"),
+                        lambda i: "full_attention" if i % 4 == 0 else "sliding_attention")  # fmt: skip
+    attn = {k: attention(k, window=window, c=c, hidden=hidden, heads=n, kv_heads=kv, head_dim=d) for k in set(kinds)}
+    mlp = DenseMLP(hidden=hidden, inter=c.int("intermediate_size"), bias=c.bool("mlp_bias"))
+    return decoder(c, meta, parts=lambda i: (attn[kinds[i]], mlp), rotary_dim=d)

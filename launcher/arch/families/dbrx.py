@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from launcher.arch.common import Meta, build, embed_head
+from launcher.arch.common import Meta, decoder
 from launcher.arch.config import Cfg
-from launcher.arch.layers import Attention, Layer, MoE, Norm
+from launcher.arch.layers import Attention, MoE
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, linear
 
@@ -48,7 +48,7 @@ class DbrxMoE(MoE):
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden = c.int("vocab_size"), c.int("d_model")
+    hidden = c.int("d_model")
     n = c.int("n_heads")
     attn_cfg, ffn_cfg = c.sub("attn_config", ATTN_DEFAULTS), c.sub("ffn_config", FFN_DEFAULTS)
     kv = attn_cfg.int("kv_n_heads")
@@ -63,18 +63,7 @@ def read(c: Cfg, meta: Meta) -> Model:
     moe = DbrxMoE(hidden=hidden, num_experts=ffn_cfg.int("moe_num_experts"),
                   experts_per_token=ffn_cfg.int("moe_top_k"), expert_intermediate=ffn_cfg.int("ffn_hidden_size"),
                   router_name="router.layer", name="ffn")  # fmt: skip
-    layers = [
-        Layer(
-            prefix=f"transformer.blocks.{i}",
-            norms=(
-                Norm(name="norm_attn_norm.norm_1", size=hidden, gguf="attn_norm"),
-                Norm(name="norm_attn_norm.norm_2", size=hidden, gguf="ffn_norm"),
-            ),
-            mixers=(attn,),
-            mlps=(moe,),
-        )
-        for i in range(c.int("n_layers"))
-    ]
-    embeddings, head = embed_head(vocab, hidden, False, embed="transformer.wte", final_norm="transformer.norm_f")
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=False, embeddings=embeddings,
-                 head=head, rotary_dim=d, max_pos_key="max_seq_len")  # fmt: skip
+    return decoder(c, meta, parts=lambda i: (attn, moe), rotary_dim=d, hidden=hidden, num_layers=c.int("n_layers"),
+                   layer_norms=("norm_attn_norm.norm_1", "norm_attn_norm.norm_2"), prefix="transformer.blocks",
+                   is_tied=False, embed="transformer.wte", final_norm="transformer.norm_f",
+                   max_pos_key="max_seq_len")  # fmt: skip

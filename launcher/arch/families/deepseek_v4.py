@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from launcher.arch.common import Meta, build, embed_head, tied
+from launcher.arch.common import Meta, decoder
 from launcher.arch.config import Cfg
 from launcher.arch.layers import Layer, Mixer, MixerKind, MoE, Norm, place, shared_experts
 from launcher.arch.model import Model
@@ -258,9 +258,7 @@ def read(c: Cfg, meta: Meta) -> Model:
         return (*hyper_connection(("hc_attn_fn", "hc_attn_base", "hc_attn_scale"), hc, hidden, mix, 3, None),
                 *hyper_connection(("hc_ffn_fn", "hc_ffn_base", "hc_ffn_scale"), hc, hidden, mix, 3, None))  # fmt: skip
 
-    layers = [Layer(prefix=f"layers.{i}", norms=block_norms, mixers=(attention(kinds[i]),),
-                    mlps=(hash_moe if mlp_kinds[i] == "hash_moe" else moe,),
-                    extra=hc_pair()) for i in range(num_layers)]  # fmt: skip
+    attn = {k: attention(k) for k in set(kinds)}
     head_hc = hyper_connection(("hc_head_fn", "hc_head_base", "hc_head_scale"), hc, hidden, hc, 1, None)
     # MTP layers (not built by transformers): vLLM runs them as sliding-window-only blocks with a top-k MoE;
     # e_proj and h_proj map the embedding and the previous hidden state before they are summed.
@@ -273,12 +271,11 @@ def read(c: Cfg, meta: Meta) -> Model:
                      *linear("h_proj", "other", hidden, hidden, None), *head_hc))
         for j in range(n_mtp)
     )  # fmt: skip
-    is_tied = tied(c, meta)
-    embeddings, head = embed_head(vocab, hidden, is_tied, embed="embed", final_norm="norm", head="head")
     # Rotary width: partial_rotary_factor × head_dim, else an older config's qk_rope_head_dim, else 64/512 of it.
     if c.has("partial_rotary_factor"):
         rope = int(head_dim * c.float("partial_rotary_factor"))
     else:
         rope = c.int("qk_rope_head_dim") if c.has("qk_rope_head_dim") else head_dim * 64 // 512
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=rope, mtp_layers=mtp, extra=tuple(head_hc))  # fmt: skip
+    return decoder(c, meta, parts=lambda i: (attn[kinds[i]], hash_moe if mlp_kinds[i] == "hash_moe" else moe),
+                   rotary_dim=rope, layer_norms=block_norms, prefix="layers", embed="embed", final_norm="norm",
+                   head="head", layer_extra=hc_pair(), mtp_layers=mtp, extra=tuple(head_hc))  # fmt: skip

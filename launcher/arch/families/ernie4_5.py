@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from launcher.arch.common import Meta, build, embed_head, heads, tied
+from launcher.arch.common import Meta, decoder, heads
 from launcher.arch.config import Cfg
-from launcher.arch.layers import MLP, Attention, DenseMLP, Layer, MoE, Norm, norms, shared_experts
+from launcher.arch.layers import Attention, DenseMLP, Layer, MoE, Norm, shared_experts
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, linear
 
@@ -62,7 +62,6 @@ def read(c: Cfg, meta: Meta) -> Model:
     n, kv, d = heads(c)
     num_layers = c.int("num_hidden_layers")
     bias = c.bool("use_bias")
-    is_tied = tied(c, meta)
     is_moe = meta.model_type == "ernie4_5_moe"
     attn = Attention(hidden=hidden, heads=n, kv_heads=kv, head_dim=d, qkv_bias=bias, o_bias=bias)
     dense = DenseMLP(hidden=hidden, inter=inter, bias=bias, detail="dense_first" if is_moe else "dense")
@@ -82,21 +81,8 @@ def read(c: Cfg, meta: Meta) -> Model:
             extra=(Tensor("moe_statics.e_score_correction_bias", "experts", "bias", (1, e), detail="router",
                           stored_bytes=4),),
         )  # fmt: skip
-    layers = []
-    for i in range(num_layers):
-        mlp: MLP = moe if moe is not None and i in sparse else dense
-        layers.append(
-            Layer(
-                prefix=f"model.layers.{i}",
-                norms=norms(hidden, "input_layernorm", "post_attention_layernorm"),
-                mixers=(attn,),
-                mlps=(mlp,),
-            )
-        )
     mtp = tuple(mtp_layer(j, hidden, attn, dense) for j in range(c.int0("num_nextn_predict_layers", 0)))
-    embeddings, head = embed_head(vocab, hidden, is_tied)
-    if is_moe and bias:
-        # The MoE model's lm_head takes `use_bias`; the bias stays even when the weight is tied.
-        head = (*head, Tensor("lm_head.bias", "lm_head", "bias", (vocab,)))
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=d, mtp_layers=mtp)  # fmt: skip
+    # The MoE model's lm_head takes `use_bias`; the bias stays even when the weight is tied.
+    head_bias = (Tensor("lm_head.bias", "lm_head", "bias", (vocab,)),) if is_moe and bias else ()
+    return decoder(c, meta, parts=lambda i: (attn, moe if moe is not None and i in sparse else dense), rotary_dim=d,
+                   head_extra=head_bias, mtp_layers=mtp)  # fmt: skip

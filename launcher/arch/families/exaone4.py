@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from launcher.arch.common import Meta, attention, build, embed_head, heads, layer_types, tied
+from launcher.arch.common import Meta, attention, decoder, heads, layer_types
 from launcher.arch.config import Cfg
-from launcher.arch.layers import MLP, DenseMLP, Layer, MoE, Norm, norms, shared_experts
+from launcher.arch.layers import MLP, DenseMLP, Layer, Mixer, MoE, Norm, norms, shared_experts
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, linear
 
@@ -88,11 +88,10 @@ def mtp_layers(c: Cfg, hidden: int, num_layers: int, attn: dict[str, Any]) -> tu
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
+    hidden, inter = c.int("hidden_size"), c.int("intermediate_size")
     n, kv, d = heads(c)
     num_layers = c.int("num_hidden_layers")
     kinds = kinds_and_windows(c, num_layers)
-    is_tied = tied(c, meta)
     is_moe = meta.model_type == "exaone_moe"
     attn: dict[str, Any] = dict(hidden=hidden, heads=n, kv_heads=kv, head_dim=d, qk_norm="head")
     dense = DenseMLP(hidden=hidden, inter=inter, detail="dense_first" if is_moe else "dense")
@@ -115,19 +114,10 @@ def read(c: Cfg, meta: Meta) -> Model:
     # EXAONE 4.0 normalises sublayer outputs; K-EXAONE normalises inputs.
     names = ("input_layernorm", "post_attention_layernorm") if is_moe else (
         "post_attention_layernorm", "post_feedforward_layernorm")  # fmt: skip
-    layers = []
-    for i in range(num_layers):
-        kind, window = kinds[i]
-        mlp: MLP = moe if moe is not None and mlp_types[i] == "sparse" else dense
-        layers.append(
-            Layer(
-                prefix=f"model.layers.{i}",
-                norms=norms(hidden, *names),
-                mixers=(attention(kind, window=window, c=c, **attn),),
-                mlps=(mlp,),
-            )
-        )
+    mixers = {(kind, window): attention(kind, window=window, c=c, **attn) for kind, window in set(kinds)}
+
+    def parts(i: int) -> tuple[Mixer, MLP]:
+        return mixers[kinds[i]], moe if moe is not None and mlp_types[i] == "sparse" else dense
+
     mtp = mtp_layers(c, hidden, num_layers, attn) if is_moe else ()
-    embeddings, head = embed_head(vocab, hidden, is_tied)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=d, mtp_layers=mtp)  # fmt: skip
+    return decoder(c, meta, parts=parts, rotary_dim=d, layer_norms=names, mtp_layers=mtp)

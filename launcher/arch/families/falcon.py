@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, build, embed_head, tied
+from launcher.arch.common import Meta, decoder, tied
 from launcher.arch.config import Cfg
-from launcher.arch.layers import Attention, DenseMLP, Layer, Norm, norms
+from launcher.arch.layers import Attention, DenseMLP
 from launcher.arch.model import Model
 
 MODEL_TYPES = ("falcon",)
@@ -22,19 +22,19 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 
-def layer_norms(c: Cfg, hidden: int, new_arch: bool) -> tuple[Norm, ...]:
+def layer_norms(c: Cfg, new_arch: bool) -> tuple[str, ...]:
     """Sequential blocks norm before attention and before the MLP; parallel ones share one norm, or (the new
     decoder architecture's default) keep one for each branch."""
     if not c.bool("parallel_attn"):
-        return norms(hidden, "input_layernorm", "post_attention_layernorm", bias=True)
+        return ("input_layernorm", "post_attention_layernorm")
     num_ln = c.opt_int("num_ln_in_parallel_attn") or (2 if new_arch else 1)
     if num_ln == 2:
-        return norms(hidden, "ln_attn", "ln_mlp", bias=True)
-    return norms(hidden, "input_layernorm", bias=True)
+        return ("ln_attn", "ln_mlp")
+    return ("input_layernorm",)
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, n = c.int("vocab_size"), c.int("num_attention_heads")
+    n = c.int("num_attention_heads")
     # Older configs name the width n_embed; transformers reads it in place of hidden_size.
     hidden = c.int("n_embed") if c.has("n_embed") else c.int("hidden_size")
     d = hidden // n
@@ -48,18 +48,13 @@ def read(c: Cfg, meta: Meta) -> Model:
         kv = 1 if c.bool("multi_query") else n  # multi-query: one K and one V head for all query heads
     bias = c.bool("bias")
     inter = c.opt_int("ffn_hidden_size") or 4 * hidden  # unset: the classic 4x MLP
-    ln = layer_norms(c, hidden, new_arch)
+    ln = layer_norms(c, new_arch)
     is_tied = tied(c, meta) if c.get("tie_word_embeddings") is not None else True
     # query_key_value: n query heads plus kv K heads and kv V heads, head_dim each
     attn = Attention(hidden=hidden, heads=n, kv_heads=kv, head_dim=d, qkv_bias=bias, o_bias=bias,
                      fused_qkv="query_key_value", names=("q", "k", "v", "dense"), name="self_attention")  # fmt: skip
     mlp = DenseMLP(hidden=hidden, inter=inter, gated=False, bias=bias, names=("", "dense_h_to_4h", "dense_4h_to_h"))
-    layers = [
-        Layer(prefix=f"transformer.h.{i}", norms=ln, mixers=(attn,), mlps=(mlp,))
-        for i in range(c.int("num_hidden_layers"))
-    ]
-    embeddings, head = embed_head(vocab, hidden, is_tied, embed="transformer.word_embeddings",
-                                  final_norm="transformer.ln_f", norm_bias=True)  # fmt: skip
     rotary = 0 if c.bool("alibi") else d  # ALiBi adds biases to the scores instead of rotating q and k
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=rotary)  # fmt: skip
+    return decoder(c, meta, parts=lambda i: (attn, mlp), rotary_dim=rotary, layer_norms=ln, norm_bias=True,
+                   prefix="transformer.h", is_tied=is_tied, embed="transformer.word_embeddings",
+                   final_norm="transformer.ln_f", hidden=hidden)  # fmt: skip

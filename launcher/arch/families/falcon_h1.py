@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, attention, build, embed_head, heads, tied
+from launcher.arch.common import Meta, build, embed_head, tied
 from launcher.arch.config import Cfg
+from launcher.arch.families.llama import llama_attention
 from launcher.arch.families.mamba2 import mamba2_mixer
 from launcher.arch.layers import DenseMLP, Layer, norms
 from launcher.arch.model import Model
@@ -28,7 +29,6 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 
 def read(c: Cfg, meta: Meta) -> Model:
     vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
-    n, kv, d = heads(c)
     # Mamba width: mamba_d_ssm, or mamba_expand * hidden when unset; "auto" heads split it evenly.
     d_inner = c.opt_int("mamba_d_ssm") or c.int("mamba_expand") * hidden
     m_heads = c.int("mamba_n_heads")
@@ -39,8 +39,7 @@ def read(c: Cfg, meta: Meta) -> Model:
                          n_groups="mamba_n_groups", conv_kernel="mamba_d_conv", conv_bias="mamba_conv_bias",
                          proj_bias="mamba_proj_bias", out_bias="projectors_bias",
                          gated_norm=c.bool("mamba_rms_norm"), name="mamba")  # fmt: skip
-    bias = c.bool("attention_bias")
-    attn = attention("full_attention", hidden=hidden, heads=n, kv_heads=kv, head_dim=d, qkv_bias=bias, o_bias=bias)
+    attn = llama_attention(c, hidden)
     mlp = DenseMLP(hidden=hidden, inter=inter, bias=c.bool("mlp_bias"), name="feed_forward")
     layers = [
         Layer(
@@ -54,4 +53,4 @@ def read(c: Cfg, meta: Meta) -> Model:
     is_tied = tied(c, meta)
     embeddings, head = embed_head(vocab, hidden, is_tied, final_norm="model.final_layernorm")
     return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=d)  # fmt: skip
+                 head=head, rotary_dim=attn.head_dim)  # fmt: skip

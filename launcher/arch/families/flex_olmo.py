@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, build, embed_head, heads, tied
+from launcher.arch.common import Meta, decoder
 from launcher.arch.config import Cfg
-from launcher.arch.layers import Attention, Layer, MoE, norms
+from launcher.arch.families.llama import llama_attention
+from launcher.arch.layers import MoE
 from launcher.arch.model import Model
 
 MODEL_TYPES = ("flex_olmo",)
@@ -24,22 +25,9 @@ ATTRIBUTE_MAP: dict[str, dict[str, str]] = {"flex_olmo": {"num_local_experts": "
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
-    n, kv, d = heads(c)
-    bias = c.bool("attention_bias")
-    is_tied = tied(c, meta)
-    attn = Attention(hidden=hidden, heads=n, kv_heads=kv, head_dim=d, qkv_bias=bias, o_bias=bias, qk_norm="full")
+    hidden = c.int("hidden_size")
+    attn = llama_attention(c, hidden, qk_norm="full")
     moe = MoE(hidden=hidden, num_experts=c.int("num_experts"), experts_per_token=c.int("num_experts_per_tok"),
-              expert_intermediate=inter)  # fmt: skip
-    layers = [
-        Layer(
-            prefix=f"model.layers.{i}",
-            norms=norms(hidden, "post_attention_layernorm", "post_feedforward_layernorm"),
-            mixers=(attn,),
-            mlps=(moe,),
-        )
-        for i in range(c.int("num_hidden_layers"))
-    ]
-    embeddings, head = embed_head(vocab, hidden, is_tied)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=d)  # fmt: skip
+              expert_intermediate=c.int("intermediate_size"))  # fmt: skip
+    return decoder(c, meta, parts=lambda i: (attn, moe), rotary_dim=attn.head_dim,
+                   layer_norms=("post_attention_layernorm", "post_feedforward_layernorm"))  # fmt: skip

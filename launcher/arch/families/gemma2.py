@@ -1,13 +1,14 @@
 """Gemma 2: four norms per layer (around attention and around the MLP), sliding-window attention on every
-other layer, tied embeddings."""
+other layer (`alternating_attention`, shared with Gemma 3, VaultGemma and gpt-oss), tied embeddings."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, attention, build, embed_head, heads, layer_types, tied
+from launcher.arch.common import Meta, decoder, layer_types
 from launcher.arch.config import Cfg
-from launcher.arch.layers import DenseMLP, Layer, norms
+from launcher.arch.families.llama import llama_attention
+from launcher.arch.layers import Attention, DenseMLP
 from launcher.arch.model import Model
 
 MODEL_TYPES = ("gemma2",)
@@ -21,35 +22,19 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 GEMMA_NORMS = ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm", "post_feedforward_layernorm")
 
 
-def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
-    n, kv, d = heads(c)
-    num_layers = c.int("num_hidden_layers")
-    kinds = layer_types(c, num_layers, lambda i: "sliding_attention" if (i + 1) % 2 else "full_attention")
+def alternating_attention(c: Cfg, hidden: int, every: int = 2, **kw: Any) -> tuple[list[str], dict[str, Attention]]:
+    """Each layer's kind (`layer_types`, else every `every`-th layer global and the others sliding: by default
+    even layers 0, 2, ... slide, odd ones attend globally) and Llama's attention for each kind over
+    `sliding_window`; `kw` for what the family adds."""
+    kinds = layer_types(c, c.int("num_hidden_layers"),
+                        lambda i: "sliding_attention" if (i + 1) % every else "full_attention")  # fmt: skip
     window = c.opt_int("sliding_window")
-    bias = c.bool("attention_bias")
-    is_tied = tied(c, meta)
-    layers = [
-        Layer(
-            prefix=f"model.layers.{i}",
-            norms=norms(hidden, *GEMMA_NORMS),
-            mixers=(
-                attention(
-                    kinds[i],
-                    window=window,
-                    c=c,
-                    hidden=hidden,
-                    heads=n,
-                    kv_heads=kv,
-                    head_dim=d,
-                    qkv_bias=bias,
-                    o_bias=bias,
-                ),
-            ),
-            mlps=(DenseMLP(hidden=hidden, inter=inter),),
-        )
-        for i in range(num_layers)
-    ]
-    embeddings, head = embed_head(vocab, hidden, is_tied)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=d)  # fmt: skip
+    return kinds, {k: llama_attention(c, hidden, k, window, **kw) for k in set(kinds)}
+
+
+def read(c: Cfg, meta: Meta) -> Model:
+    hidden = c.int("hidden_size")
+    kinds, attn = alternating_attention(c, hidden)
+    mlp = DenseMLP(hidden=hidden, inter=c.int("intermediate_size"))
+    return decoder(c, meta, parts=lambda i: (attn[kinds[i]], mlp), rotary_dim=attn[kinds[0]].head_dim,
+                   layer_norms=GEMMA_NORMS)  # fmt: skip

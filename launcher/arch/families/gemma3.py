@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, attention, build, embed_head, heads, layer_types, text_config, tied
+from launcher.arch.common import Meta, decoder, text_config
 from launcher.arch.config import Cfg
-from launcher.arch.families.gemma2 import GEMMA_NORMS
-from launcher.arch.layers import DenseMLP, Layer, norms
+from launcher.arch.families.gemma2 import GEMMA_NORMS, alternating_attention
+from launcher.arch.layers import DenseMLP
 from launcher.arch.model import Model
 from launcher.arch.towers import SiglipVision, Tower
 
@@ -43,36 +43,9 @@ def read(c: Cfg, meta: Meta) -> Model:
                     projector_out=c.int("hidden_size"),
                 )
             )  # fmt: skip
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
-    n, kv, d = heads(c)
-    num_layers = c.int("num_hidden_layers")
-    pattern = c.int("sliding_window_pattern")
-    kinds = layer_types(c, num_layers, lambda i: "sliding_attention" if (i + 1) % pattern else "full_attention")
-    window = c.opt_int("sliding_window")
-    bias = c.bool("attention_bias")
-    is_tied = tied(c, meta)
-    layers = [
-        Layer(
-            prefix=f"model.layers.{i}",
-            norms=norms(hidden, *GEMMA_NORMS),
-            mixers=(
-                attention(
-                    kinds[i],
-                    window=window,
-                    c=c,
-                    hidden=hidden,
-                    heads=n,
-                    kv_heads=kv,
-                    head_dim=d,
-                    qkv_bias=bias,
-                    o_bias=bias,
-                    qk_norm="head",
-                ),
-            ),
-            mlps=(DenseMLP(hidden=hidden, inter=inter),),
-        )
-        for i in range(num_layers)
-    ]
-    embeddings, head = embed_head(vocab, hidden, is_tied)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=d, towers=tuple(towers))  # fmt: skip
+    hidden = c.int("hidden_size")
+    # five sliding layers to one global by default
+    kinds, attn = alternating_attention(c, hidden, c.int("sliding_window_pattern"), qk_norm="head")
+    mlp = DenseMLP(hidden=hidden, inter=c.int("intermediate_size"))
+    return decoder(c, meta, parts=lambda i: (attn[kinds[i]], mlp), rotary_dim=attn[kinds[0]].head_dim,
+                   layer_norms=GEMMA_NORMS, towers=tuple(towers))  # fmt: skip

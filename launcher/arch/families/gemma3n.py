@@ -19,10 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from launcher.arch.common import Meta, build, embed_head, heads, layer_types, text_config, tied
+from launcher.arch.common import Meta, decoder, heads, layer_types, text_config
 from launcher.arch.config import Cfg
 from launcher.arch.families.gemma2 import GEMMA_NORMS
-from launcher.arch.layers import Attention, DenseMLP, Layer, Norm, SlidingWindowAttention, norms, place
+from launcher.arch.layers import Attention, DenseMLP, Norm, SlidingWindowAttention, place
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, linear, norm, param
 
@@ -114,7 +114,7 @@ def read(c: Cfg, meta: Meta) -> Model:
     if meta.model_type == "gemma3n":
         c, meta = text_config(c, meta, "gemma3n_text", TEXT_DEFAULTS)
         base = "model.language_model."  # Gemma3nForConditionalGeneration's checkpoints
-    vocab, hidden = c.int("vocab_size"), c.int("hidden_size")
+    hidden = c.int("hidden_size")
     n, kv, d = heads(c)
     num_layers = c.int("num_hidden_layers")
     inters = per_layer_widths(c, num_layers)
@@ -124,7 +124,6 @@ def read(c: Cfg, meta: Meta) -> Model:
     window = c.opt_int("sliding_window")
     bias = c.bool("attention_bias")
     streams, rank, width = c.int("altup_num_inputs"), c.int("laurel_rank"), c.int("hidden_size_per_layer_input")
-    is_tied = tied(c, meta)
     extra = (
         # AltUp: a learned scale on the corrected stream, the coefficient maps between the `streams` copies of
         # the residual (correction streams × streams, prediction streams² × streams), and the router that
@@ -140,34 +139,14 @@ def read(c: Cfg, meta: Meta) -> Model:
         *norm("laurel.post_laurel_norm", hidden, None),
         *per_layer_input(hidden, width),
     )
-    layers = [
-        Layer(
-            prefix=f"{base}layers.{i}",
-            norms=(*norms(hidden, *GEMMA_NORMS), Norm(name="post_per_layer_input_norm", size=hidden)),
-            mixers=(
-                gemma_attention(
-                    c,
-                    kinds[i],
-                    window,
-                    hidden=hidden,
-                    heads=n,
-                    kv_heads=kv,
-                    head_dim=d,
-                    qkv_bias=bias,
-                    o_bias=bias,
-                    shares_kv_with=sources[i],
-                ),
-            ),
-            mlps=(DenseMLP(hidden=hidden, inter=inters[i]),),
-            extra=extra,
-        )
-        for i in range(num_layers)
-    ]
-    embeddings, head = embed_head(vocab, hidden, is_tied, embed=f"{base}embed_tokens", final_norm=f"{base}norm")
+    attn = {(kind, source): gemma_attention(c, kind, window, hidden=hidden, heads=n, kv_heads=kv, head_dim=d,
+                                            qkv_bias=bias, o_bias=bias, shares_kv_with=source)
+            for kind, source in set(zip(kinds, sources, strict=True))}  # fmt: skip
+    mlps = {w: DenseMLP(hidden=hidden, inter=w) for w in set(inters)}
     # Per-layer inputs: a table of width × layers per token of a (smaller) vocabulary, plus the same width
     # projected from the main embedding, normalised per layer slice.
-    embeddings += (Tensor(f"{base}embed_tokens_per_layer.weight", "embedding", "embedding",
-                          (c.int("vocab_size_per_layer_input"), num_layers * width)),)  # fmt: skip
+    per_layer_table = (Tensor(f"{base}embed_tokens_per_layer.weight", "embedding", "embedding",
+                              (c.int("vocab_size_per_layer_input"), num_layers * width)),)  # fmt: skip
     model_extra = [
         *linear(f"{base}per_layer_model_projection", "other", num_layers * width, hidden, None),
         *norm(f"{base}per_layer_projection_norm", width, None),
@@ -176,5 +155,7 @@ def read(c: Cfg, meta: Meta) -> Model:
     for j in range(streams - 1):
         model_extra += linear(f"{base}altup_projections.{j}", "other", hidden, hidden, None)
         model_extra += linear(f"{base}altup_unembed_projections.{j}", "other", hidden, hidden, None)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=d, extra=tuple(model_extra))  # fmt: skip
+    return decoder(c, meta, parts=lambda i: (attn[kinds[i], sources[i]], mlps[inters[i]]), rotary_dim=d,
+                   layer_norms=(*GEMMA_NORMS, Norm(name="post_per_layer_input_norm", size=hidden)),
+                   prefix=f"{base}layers", embed=f"{base}embed_tokens", final_norm=f"{base}norm", layer_extra=extra,
+                   embed_extra=per_layer_table, extra=tuple(model_extra))  # fmt: skip

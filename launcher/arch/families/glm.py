@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, build, embed_head, heads, tied
+from launcher.arch.common import Meta, decoder, heads
 from launcher.arch.config import Cfg
-from launcher.arch.layers import Attention, DenseMLP, Layer, norms
+from launcher.arch.layers import Attention, DenseMLP
 from launcher.arch.model import Model
 
 MODEL_TYPES = ("glm", "glm4")
@@ -35,16 +35,9 @@ def rotary_dim(c: Cfg, head_dim: int, default: float = 0.5) -> int:
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
+    hidden = c.int("hidden_size")
     n, kv, d = heads(c)
-    is_tied = tied(c, meta)
     attn = Attention(hidden=hidden, heads=n, kv_heads=kv, head_dim=d, qkv_bias=c.bool("attention_bias"))
-    mlp = DenseMLP(hidden=hidden, inter=inter, fused_gate_up="gate_up_proj")
+    mlp = DenseMLP(hidden=hidden, inter=c.int("intermediate_size"), fused_gate_up="gate_up_proj")
     names = GLM4_NORMS if meta.model_type == "glm4" else GLM4_NORMS[:2]
-    layers = [
-        Layer(prefix=f"model.layers.{i}", norms=norms(hidden, *names), mixers=(attn,), mlps=(mlp,))
-        for i in range(c.int("num_hidden_layers"))
-    ]
-    embeddings, head = embed_head(vocab, hidden, is_tied)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=rotary_dim(c, d))  # fmt: skip
+    return decoder(c, meta, parts=lambda i: (attn, mlp), rotary_dim=rotary_dim(c, d), layer_norms=names)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, build, embed_head, heads, tied
+from launcher.arch.common import Meta, decoder, heads
 from launcher.arch.config import Cfg
 from launcher.arch.families.glm import rotary_dim
-from launcher.arch.layers import MLP, Attention, DenseMLP, Layer, MoE, Norm, norms, shared_experts
+from launcher.arch.families.hy_v3 import nextn_layer
+from launcher.arch.layers import Attention, DenseMLP, MoE, shared_experts
 from launcher.arch.model import Model
-from launcher.arch.tensors import linear
 
 MODEL_TYPES = ("glm4_moe",)
 
@@ -29,32 +29,12 @@ ATTRIBUTE_MAP: dict[str, dict[str, str]] = {
 }
 
 
-def mtp_layer(prefix: str, hidden: int, attn: Attention, mlp: MLP) -> Layer:
-    """A GLM-4.5 MTP layer as the checkpoint stores it (vLLM's glm4_moe_mtp.py): a full MoE decoder layer,
-    enorm and hnorm over the token embedding and the previous hidden state, eh_proj merging the two
-    (2 × hidden in: they are concatenated) and shared_head.norm. Unlike DeepSeek's, it has no embedding or
-    head of its own: vLLM loads the main model's embed_tokens and lm_head into it."""
-    return Layer(
-        prefix=prefix,
-        norms=(
-            *norms(hidden, "input_layernorm", "post_attention_layernorm"),
-            Norm(name="enorm", size=hidden),
-            Norm(name="hnorm", size=hidden),
-            Norm(name="shared_head.norm", size=hidden),
-        ),
-        mixers=(attn,),
-        mlps=(mlp,),
-        extra=tuple(linear("eh_proj", "other", hidden, 2 * hidden, None)),
-    )
-
-
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
+    hidden, inter = c.int("hidden_size"), c.int("intermediate_size")
     n, kv, d = heads(c)
     num_layers = c.int("num_hidden_layers")
     k_dense = c.int0("first_k_dense_replace")
     moe_inter, n_shared = c.int("moe_intermediate_size"), c.int0("n_shared_experts")
-    is_tied = tied(c, meta)
     attn = Attention(hidden=hidden, heads=n, kv_heads=kv, head_dim=d, qkv_bias=c.bool("attention_bias"),
                      qk_norm="head" if c.bool("use_qk_norm") else "none")  # fmt: skip
     moe = MoE(
@@ -66,20 +46,14 @@ def read(c: Cfg, meta: Meta) -> Model:
         shared=shared_experts(hidden, moe_inter * n_shared) if n_shared else None,
     )  # fmt: skip
     dense = DenseMLP(hidden=hidden, inter=inter, detail="dense_first")
-    layers = [
-        Layer(
-            prefix=f"model.layers.{i}",
-            norms=norms(hidden, "input_layernorm", "post_attention_layernorm"),
-            mixers=(attn,),
-            mlps=(dense if i < k_dense else moe,),
-        )
-        for i in range(num_layers)
-    ]
-    # vLLM builds each MTP layer like a main layer of its index: MoE, since it comes after the dense ones.
+    # A GLM-4.5 MTP layer as the checkpoint stores it (vLLM's glm4_moe_mtp.py): a decoder layer, enorm and hnorm
+    # over the token embedding and the previous hidden state, eh_proj merging the two, and shared_head.norm.
+    # Unlike DeepSeek's, it has no embedding or head of its own: vLLM loads the main model's into it. vLLM builds
+    # each MTP layer like a main layer of its index: MoE, since it comes after the dense ones.
     mtp = tuple(
-        mtp_layer(f"model.layers.{num_layers + j}", hidden, attn, dense if num_layers + j < k_dense else moe)
+        nextn_layer(f"model.layers.{num_layers + j}", hidden, attn, dense if num_layers + j < k_dense else moe,
+                    layer_norms=("input_layernorm", "post_attention_layernorm"), final_norm="shared_head.norm")
         for j in range(c.int0("num_nextn_predict_layers"))
-    )
-    embeddings, head = embed_head(vocab, hidden, is_tied)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=rotary_dim(c, d), mtp_layers=mtp)  # fmt: skip
+    )  # fmt: skip
+    return decoder(c, meta, parts=lambda i: (attn, dense if i < k_dense else moe), rotary_dim=rotary_dim(c, d),
+                   mtp_layers=mtp)  # fmt: skip

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, build, embed_head, tied
+from launcher.arch.common import Meta, decoder
 from launcher.arch.config import Cfg
-from launcher.arch.layers import Attention, DenseMLP, Layer, norms
+from launcher.arch.layers import Attention, DenseMLP
 from launcher.arch.model import Model
 
 MODEL_TYPES = ("gpt_neox",)
@@ -32,23 +32,17 @@ def partial_rotary(c: Cfg, head_dim: int, key: str = "rotary_pct") -> int:
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
+    hidden = c.int("hidden_size")
     n = c.int("num_attention_heads")
     d = hidden // n
     if d <= 0:
         raise c.error("hidden_size // num_attention_heads is 0", "num_attention_heads")
     bias = c.bool("attention_bias")
-    is_tied = tied(c, meta)
     # query_key_value: 3 × hidden (every head has its own K and V)
     attn = Attention(hidden=hidden, heads=n, kv_heads=n, head_dim=d, qkv_bias=bias, o_bias=bias,
                      fused_qkv="query_key_value", names=("q", "k", "v", "dense"), name="attention")  # fmt: skip
-    mlp = DenseMLP(hidden=hidden, inter=inter, gated=False, bias=True, names=("", "dense_h_to_4h", "dense_4h_to_h"))
-    ln = norms(hidden, "input_layernorm", "post_attention_layernorm", bias=True)
-    layers = [
-        Layer(prefix=f"gpt_neox.layers.{i}", norms=ln, mixers=(attn,), mlps=(mlp,))
-        for i in range(c.int("num_hidden_layers"))
-    ]
-    embeddings, head = embed_head(vocab, hidden, is_tied, embed="gpt_neox.embed_in",
-                                  final_norm="gpt_neox.final_layer_norm", head="embed_out", norm_bias=True)  # fmt: skip
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=partial_rotary(c, d))  # fmt: skip
+    mlp = DenseMLP(hidden=hidden, inter=c.int("intermediate_size"), gated=False, bias=True,
+                   names=("", "dense_h_to_4h", "dense_4h_to_h"))  # fmt: skip
+    return decoder(c, meta, parts=lambda i: (attn, mlp), rotary_dim=partial_rotary(c, d), norm_bias=True,
+                   prefix="gpt_neox.layers", embed="gpt_neox.embed_in", final_norm="gpt_neox.final_layer_norm",
+                   head="embed_out")  # fmt: skip

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, attention, build, embed_head, heads, layer_types, tied
+from launcher.arch.common import Meta, decoder
 from launcher.arch.config import Cfg
-from launcher.arch.layers import Layer, MoE, norms
+from launcher.arch.families.gemma2 import alternating_attention
+from launcher.arch.layers import MoE
 from launcher.arch.model import Model
 
 MODEL_TYPES = ("gpt_oss",)
@@ -21,37 +22,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
-    n, kv, d = heads(c)
-    num_layers = c.int("num_hidden_layers")
-    kinds = layer_types(c, num_layers, lambda i: "sliding_attention" if (i + 1) % 2 else "full_attention")
-    window = c.opt_int("sliding_window")
-    bias = c.bool("attention_bias")
-    is_tied = tied(c, meta)
+    hidden = c.int("hidden_size")
+    kinds, attn = alternating_attention(c, hidden, sinks=True)
     moe = MoE(hidden=hidden, num_experts=c.int("num_local_experts"), experts_per_token=c.int("num_experts_per_tok"),
-              expert_intermediate=inter, router_name="router", router_bias=True, expert_bias=True)  # fmt: skip
-    layers = [
-        Layer(
-            prefix=f"model.layers.{i}",
-            norms=norms(hidden, "input_layernorm", "post_attention_layernorm"),
-            mixers=(
-                attention(
-                    kinds[i],
-                    window=window,
-                    c=c,
-                    hidden=hidden,
-                    heads=n,
-                    kv_heads=kv,
-                    head_dim=d,
-                    qkv_bias=bias,
-                    o_bias=bias,
-                    sinks=True,
-                ),
-            ),
-            mlps=(moe,),
-        )
-        for i in range(num_layers)
-    ]
-    embeddings, head = embed_head(vocab, hidden, is_tied)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=d)  # fmt: skip
+              expert_intermediate=c.int("intermediate_size"), router_name="router", router_bias=True,
+              expert_bias=True)  # fmt: skip
+    return decoder(c, meta, parts=lambda i: (attn[kinds[i]], moe), rotary_dim=attn[kinds[0]].head_dim)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, build, embed_head, tied
+from launcher.arch.common import Meta, decoder
 from launcher.arch.config import Cfg
-from launcher.arch.families.gpt2 import head_bias
-from launcher.arch.layers import Attention, DenseMLP, Layer, norms
+from launcher.arch.families.gpt2 import dims, head_bias
+from launcher.arch.layers import Attention, DenseMLP
 from launcher.arch.model import Model
 
 MODEL_TYPES = ("gptj",)
@@ -26,22 +26,13 @@ ATTRIBUTE_MAP: dict[str, dict[str, str]] = {
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, n = c.int("vocab_size"), c.int("n_embd"), c.int("n_head")
-    d = hidden // n
-    if d <= 0:
-        raise c.error("n_embd // n_head is 0", "n_head")
-    inter = c.opt_int("n_inner") or 4 * hidden  # n_inner unset: the classic 4x MLP
+    hidden, n, d, inter = dims(c)
     rotary = c.opt_int("rotary_dim") or d  # rotary_dim unset: rotate the whole head
-    is_tied = tied(c, meta)
     attn = Attention(hidden=hidden, heads=n, kv_heads=n, head_dim=d, names=("q_proj", "k_proj", "v_proj", "out_proj"),
                      name="attn")  # fmt: skip
     mlp = DenseMLP(hidden=hidden, inter=inter, gated=False, bias=True, names=("", "fc_in", "fc_out"))
-    ln = norms(hidden, "ln_1", bias=True)  # one norm feeds attention and MLP in parallel
-    layers = [
-        Layer(prefix=f"transformer.h.{i}", norms=ln, mixers=(attn,), mlps=(mlp,)) for i in range(c.int("n_layer"))
-    ]
-    embeddings, head = embed_head(vocab, hidden, is_tied, embed="transformer.wte", final_norm="transformer.ln_f",
-                                  norm_bias=True)  # fmt: skip
-    head += (head_bias(vocab),)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=min(rotary, d), max_pos_key="n_positions")  # fmt: skip
+    # one norm (ln_1) feeds attention and MLP in parallel
+    return decoder(c, meta, parts=lambda i: (attn, mlp), rotary_dim=min(rotary, d), hidden=hidden,
+                   num_layers=c.int("n_layer"), layer_norms=("ln_1",), norm_bias=True, prefix="transformer.h",
+                   embed="transformer.wte", final_norm="transformer.ln_f",
+                   head_extra=(head_bias(c.int("vocab_size")),), max_pos_key="n_positions")  # fmt: skip

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, attention, build, embed_head, heads, layer_types, tied
+from launcher.arch.common import Meta, decoder, layer_types
 from launcher.arch.config import Cfg
-from launcher.arch.layers import Attention, DenseMLP, Layer, norms
+from launcher.arch.families.llama import llama_attention
+from launcher.arch.layers import Attention, DenseMLP
 from launcher.arch.model import Model
 
 MODEL_TYPES = ("granite", "granite_swa")
@@ -27,34 +28,17 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 
 def granite_attention(c: Cfg, meta: Meta, num_layers: int, hidden: int) -> list[Attention]:
     """Each layer's attention: biased (or not) q/k/v/o; the SWA models' sinks and sliding layers."""
-    n, kv, d = heads(c, hidden=hidden)
-    bias = c.bool("attention_bias")
     if not meta.model_type.endswith("_swa"):
-        return [Attention(hidden=hidden, heads=n, kv_heads=kv, head_dim=d, qkv_bias=bias, o_bias=bias)] * num_layers
+        return [llama_attention(c, hidden)] * num_layers
     window = c.opt_int("sliding_window")
     kinds = layer_types(c, num_layers, lambda i: "full_attention" if i % 4 == 0 else "sliding_attention")
-    return [
-        attention(k if window else "full_attention", window=window, c=c, hidden=hidden, heads=n, kv_heads=kv,
-                  head_dim=d, qkv_bias=bias, o_bias=bias, sinks=True)
-        for k in kinds
-    ]  # fmt: skip
+    kinds = [k if window else "full_attention" for k in kinds]  # without a window every layer is full
+    attn = {k: llama_attention(c, hidden, k, window, sinks=True) for k in set(kinds)}
+    return [attn[k] for k in kinds]
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
-    num_layers = c.int("num_hidden_layers")
-    attns = granite_attention(c, meta, num_layers, hidden)
-    is_tied = tied(c, meta)
-    mlp = DenseMLP(hidden=hidden, inter=inter, bias=c.bool("mlp_bias"))
-    layers = [
-        Layer(
-            prefix=f"model.layers.{i}",
-            norms=norms(hidden, "input_layernorm", "post_attention_layernorm"),
-            mixers=(attns[i],),
-            mlps=(mlp,),
-        )
-        for i in range(num_layers)
-    ]
-    embeddings, head = embed_head(vocab, hidden, is_tied)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=attns[0].head_dim)  # fmt: skip
+    hidden = c.int("hidden_size")
+    attns = granite_attention(c, meta, c.int("num_hidden_layers"), hidden)
+    mlp = DenseMLP(hidden=hidden, inter=c.int("intermediate_size"), bias=c.bool("mlp_bias"))
+    return decoder(c, meta, parts=lambda i: (attns[i], mlp), rotary_dim=attns[0].head_dim)

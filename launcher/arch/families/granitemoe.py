@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from launcher.arch.common import Meta, build, embed_head, tied
+from launcher.arch.common import Meta, decoder
 from launcher.arch.config import Cfg
 from launcher.arch.families.granite import granite_attention
-from launcher.arch.layers import Layer, MoE, norms, shared_experts
+from launcher.arch.layers import MoE, shared_experts
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, linear
 
@@ -56,27 +56,14 @@ class StackedMoE(MoE):
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
-    num_layers = c.int("num_hidden_layers")
-    attns = granite_attention(c, meta, num_layers, hidden)
-    is_tied = tied(c, meta)
+    hidden = c.int("hidden_size")
+    attns = granite_attention(c, meta, c.int("num_hidden_layers"), hidden)
     # Plain granitemoe has no shared MLP (a shared_intermediate_size in its config is ignored).
     shared_inter = c.int0("shared_intermediate_size") if meta.model_type != "granitemoe" else 0
     shared = shared_experts(hidden, shared_inter, name="shared_mlp", fused_gate_up="input_linear",
                             names=("gate_proj", "up_proj", "output_linear")) if shared_inter else None  # fmt: skip
     moe = StackedMoE(
         hidden=hidden, num_experts=c.int("num_local_experts"), experts_per_token=c.int("num_experts_per_tok"),
-        expert_intermediate=inter, shared=shared, legacy=meta.model_type != "granitemoe_swa",
+        expert_intermediate=c.int("intermediate_size"), shared=shared, legacy=meta.model_type != "granitemoe_swa",
     )  # fmt: skip
-    layers = [
-        Layer(
-            prefix=f"model.layers.{i}",
-            norms=norms(hidden, "input_layernorm", "post_attention_layernorm"),
-            mixers=(attns[i],),
-            mlps=(moe,),
-        )
-        for i in range(num_layers)
-    ]
-    embeddings, head = embed_head(vocab, hidden, is_tied)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=attns[0].head_dim)  # fmt: skip
+    return decoder(c, meta, parts=lambda i: (attns[i], moe), rotary_dim=attns[0].head_dim)

@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from launcher.arch.common import Meta, attention, build, embed_head, heads, layer_types, tied
+from launcher.arch.common import Meta, build, embed_head, layer_types, tied
 from launcher.arch.config import Cfg
+from launcher.arch.families.llama import llama_attention
 from launcher.arch.families.mamba2 import mamba2_mixer
 from launcher.arch.layers import MLP, DenseMLP, Layer, Mixer, MoE, norms
 from launcher.arch.model import Model
@@ -66,7 +67,6 @@ def read(c: Cfg, meta: Meta) -> Model:
     vocab, hidden = c.int("vocab_size"), c.int("hidden_size")
     num_layers = c.int("num_hidden_layers")
     kinds = layer_types(c, num_layers, lambda i: "mamba", names=KINDS)
-    n, kv, d = heads(c)
     # Mamba: d_inner = mamba_expand * hidden, split into mamba_n_heads heads ("auto": evenly).
     d_inner = c.int("mamba_expand") * hidden
     m_heads = c.int("mamba_n_heads")
@@ -77,8 +77,7 @@ def read(c: Cfg, meta: Meta) -> Model:
     mamba = mamba2_mixer(c, hidden, heads=m_heads, head_dim=m_head_dim, d_state="mamba_d_state",
                          n_groups="mamba_n_groups", conv_kernel="mamba_d_conv", conv_bias="mamba_conv_bias",
                          proj_bias="mamba_proj_bias", name="mamba")  # fmt: skip
-    bias = c.bool("attention_bias")
-    attn = attention("full_attention", hidden=hidden, heads=n, kv_heads=kv, head_dim=d, qkv_bias=bias, o_bias=bias)
+    attn = llama_attention(c, hidden)
     shared_inter = c.int("shared_intermediate_size")
     # The shared MLP: one input_linear for gate and up (2 * shared_intermediate), then output_linear.
     shared = DenseMLP(hidden=hidden, inter=shared_inter, fused_gate_up="input_linear",
@@ -99,4 +98,4 @@ def read(c: Cfg, meta: Meta) -> Model:
     embeddings, head = embed_head(vocab, hidden, is_tied)
     rope = c.str("position_embedding_type") == "rope"
     return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=d if rope else 0)  # fmt: skip
+                 head=head, rotary_dim=attn.head_dim if rope else 0)  # fmt: skip

@@ -9,9 +9,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from launcher.arch.common import Meta, build, embed_head, heads, tied
+from launcher.arch.common import Meta, decoder, heads
 from launcher.arch.config import Cfg
-from launcher.arch.layers import MLP, Attention, DenseMLP, Layer, MoE, norms, shared_experts
+from launcher.arch.layers import MLP, Attention, DenseMLP, MoE, shared_experts
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, norm
 
@@ -61,11 +61,10 @@ def _per_layer(c: Cfg, key: str, num_layers: int) -> list[int]:
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
+    hidden, inter = c.int("hidden_size"), c.int("intermediate_size")
     n, kv, d = heads(c)
     num_layers = c.int("num_hidden_layers")
     bias = c.bool("attention_bias")
-    is_tied = tied(c, meta)
     qk_norms = (
         *norm("query_layernorm", d, None, part="attention", gguf="attn_q_norm", detail="attention_norms"),
         *norm("key_layernorm", d, None, part="attention", gguf="attn_k_norm", detail="attention_norms"),
@@ -88,15 +87,4 @@ def read(c: Cfg, meta: Meta) -> Model:
         ]
     else:
         mlps = [DenseMLP(hidden=hidden, inter=inter)] * num_layers
-    layers = [
-        Layer(
-            prefix=f"model.layers.{i}",
-            norms=norms(hidden, "input_layernorm", "post_attention_layernorm"),
-            mixers=(attn,),
-            mlps=(mlps[i],),
-        )
-        for i in range(num_layers)
-    ]
-    embeddings, head = embed_head(vocab, hidden, is_tied)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=d)  # fmt: skip
+    return decoder(c, meta, parts=lambda i: (attn, mlps[i]), rotary_dim=d)

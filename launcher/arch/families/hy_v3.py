@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from launcher.arch.common import Meta, build, embed_head, heads, tied
+from launcher.arch.common import Meta, decoder
 from launcher.arch.config import Cfg
-from launcher.arch.layers import MLP, Attention, DenseMLP, Layer, Mixer, MoE, Norm, norms, shared_experts
+from launcher.arch.families.llama import llama_attention
+from launcher.arch.layers import MLP, DenseMLP, Layer, Mixer, MoE, Norm, norms, shared_experts
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, linear
 
@@ -60,11 +61,9 @@ def mlp_types(c: Cfg, num_layers: int, default: Sequence[str]) -> list[str]:
 
 def read(c: Cfg, meta: Meta) -> Model:
     vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
-    n, kv, d = heads(c)
     num_layers = c.int("num_hidden_layers")
     kinds = mlp_types(c, num_layers, ["dense"] + ["sparse"] * (num_layers - 1))
-    bias, mlp_bias = c.bool("attention_bias"), c.bool("mlp_bias")
-    is_tied = tied(c, meta)
+    mlp_bias = c.bool("mlp_bias")
     moe_inter, num_experts = c.int("moe_intermediate_size"), c.int("num_experts")
     moe = MoE(
         hidden=hidden, num_experts=num_experts, experts_per_token=c.int("num_experts_per_tok"),
@@ -74,17 +73,8 @@ def read(c: Cfg, meta: Meta) -> Model:
         extra=(Tensor("expert_bias", "experts", "buffer", (num_experts,), gguf="exp_probs_b", detail="router"),),
     )  # fmt: skip
     dense = DenseMLP(hidden=hidden, inter=inter, bias=mlp_bias, detail="dense_first")
-    attn = Attention(hidden=hidden, heads=n, kv_heads=kv, head_dim=d, qkv_bias=bias, o_bias=bias, qk_norm="head")
+    attn = llama_attention(c, hidden, qk_norm="head")
     layer_norms = ("input_layernorm", "post_attention_layernorm")
-    layers = [
-        Layer(
-            prefix=f"model.layers.{i}",
-            norms=norms(hidden, *layer_norms),
-            mixers=(attn,),
-            mlps=(dense if kinds[i] == "dense" else moe,),
-        )
-        for i in range(num_layers)
-    ]
     # vLLM's HYV3MTP gives each MTP layer its own output head (loaded from lm_head) and the predictor its own
     # token embedding: both are held in memory when it runs.
     own = (*linear("embed_tokens", "other", vocab, hidden, None, role="embedding"),
@@ -93,6 +83,5 @@ def read(c: Cfg, meta: Meta) -> Model:
         nextn_layer(f"model.layers.{num_layers + j}", hidden, attn, moe, layer_norms=layer_norms, extra=own)
         for j in range(c.int0("num_nextn_predict_layers", 0))
     )
-    embeddings, head = embed_head(vocab, hidden, is_tied)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=d, mtp_layers=mtp)  # fmt: skip
+    return decoder(c, meta, parts=lambda i: (attn, dense if kinds[i] == "dense" else moe), rotary_dim=attn.head_dim,
+                   layer_norms=layer_norms, mtp_layers=mtp)  # fmt: skip

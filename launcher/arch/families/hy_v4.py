@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from launcher.arch.common import Meta, build, embed_head, tied
+from launcher.arch.common import Meta, decoder
 from launcher.arch.config import Cfg
 from launcher.arch.families.deepseek_v4 import hyper_connection
 from launcher.arch.layers import DenseMLP, Indexer, Layer, MLAttention, MoE, Norm, norms, shared_experts
@@ -60,7 +60,7 @@ def _types(c: Cfg, key: str, n: int, default: list[str], known: tuple[str, ...])
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
+    hidden, inter = c.int("hidden_size"), c.int("intermediate_size")
     num_layers = c.int("num_hidden_layers")
     mlp_types = _types(c, "mlp_layer_types", num_layers, ["dense"] * min(1, num_layers)
                        + ["sparse"] * max(num_layers - 1, 0), ("dense", "sparse"))  # fmt: skip
@@ -93,12 +93,6 @@ def read(c: Cfg, meta: Meta) -> Model:
         for t in hyper_connection((f"{sub}.hc_pre.hc_fn", f"{sub}.hc_pre.hc_base", f"{sub}.hc_pre.hc_scale"), hc,
                                   hidden, mix, 2, None)
     )  # fmt: skip
-    layers = [
-        Layer(prefix=f"model.layers.{i}", norms=norms(hidden, "input_layernorm", "post_attention_layernorm"),
-              mixers=(full if indexers[i] == "full" else shared,),
-              mlps=(moe if mlp_types[i] == "sparse" else dense,), extra=hc_tensors)
-        for i in range(num_layers)
-    ]  # fmt: skip
     # Next-token-prediction layers the checkpoint carries (vLLM's HYV4MTP; transformers builds none): a full
     # indexer layer with a MoE and no hyper-connections, eh_proj merging [embedding; hidden]; embedding and head
     # are the model's own. vLLM reads one layer when num_nextn_predict_layers is 1 or 2.
@@ -113,7 +107,7 @@ def read(c: Cfg, meta: Meta) -> Model:
     )  # fmt: skip
     head_hc = hyper_connection(("model.hc_head.hc_head_fn", "model.hc_head.hc_head_base",
                                 "model.hc_head.hc_head_scale"), hc, hidden, hc, 1, None)  # fmt: skip
-    is_tied = tied(c, meta)
-    embeddings, head = embed_head(vocab, hidden, is_tied)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=full.qk_rope_head_dim, extra=tuple(head_hc), mtp_layers=mtp)  # fmt: skip
+    return decoder(c, meta, parts=lambda i: (full if indexers[i] == "full" else shared,
+                                             moe if mlp_types[i] == "sparse" else dense),
+                   rotary_dim=full.qk_rope_head_dim, layer_extra=hc_tensors, extra=tuple(head_hc),
+                   mtp_layers=mtp)  # fmt: skip

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, build, embed_head, heads, tied
+from launcher.arch.common import Meta, decoder
 from launcher.arch.config import Cfg
-from launcher.arch.layers import Attention, DenseMLP, Layer, norms
+from launcher.arch.families.llama import llama_attention
+from launcher.arch.layers import DenseMLP
 from launcher.arch.model import Model
 
 MODEL_TYPES = ("hyperclovax",)
@@ -21,22 +22,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
-    n, kv, d = heads(c)
-    bias, mlp_bias = c.bool("attention_bias"), c.bool("mlp_bias")
-    is_tied = tied(c, meta)
+    hidden = c.int("hidden_size")
     names = ["input_layernorm", "post_attention_layernorm"]
     if c.bool("use_post_norm"):
         names += ["post_norm1", "post_norm2"]
-    layers = [
-        Layer(
-            prefix=f"model.layers.{i}",
-            norms=norms(hidden, *names),
-            mixers=(Attention(hidden=hidden, heads=n, kv_heads=kv, head_dim=d, qkv_bias=bias, o_bias=bias),),
-            mlps=(DenseMLP(hidden=hidden, inter=inter, bias=mlp_bias),),
-        )
-        for i in range(c.int("num_hidden_layers"))
-    ]
-    embeddings, head = embed_head(vocab, hidden, is_tied)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=d)  # fmt: skip
+    attn = llama_attention(c, hidden)
+    mlp = DenseMLP(hidden=hidden, inter=c.int("intermediate_size"), bias=c.bool("mlp_bias"))
+    return decoder(c, meta, parts=lambda i: (attn, mlp), rotary_dim=attn.head_dim, layer_norms=names)

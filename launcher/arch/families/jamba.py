@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, attention, build, embed_head, heads, tied
+from launcher.arch.common import Meta, attention, decoder, heads
 from launcher.arch.config import Cfg
 from launcher.arch.families.mamba import dt_rank
-from launcher.arch.layers import MLP, DenseMLP, Layer, Mamba, Mixer, MoE, norms
+from launcher.arch.layers import MLP, DenseMLP, Mamba, Mixer, MoE
 from launcher.arch.model import Model
 from launcher.arch.tensors import norm
 
@@ -29,9 +29,8 @@ ATTRIBUTE_MAP: dict[str, dict[str, str]] = {"jamba": {"num_local_experts": "num_
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
+    hidden, inter = c.int("hidden_size"), c.int("intermediate_size")
     n, kv, d = heads(c)
-    num_layers = c.int("num_hidden_layers")
     a_period, a_offset = c.int("attn_layer_period"), c.int0("attn_layer_offset")
     e_period, e_offset = c.int("expert_layer_period"), c.int0("expert_layer_offset")
     if a_offset >= a_period:
@@ -52,14 +51,10 @@ def read(c: Cfg, meta: Meta) -> Model:
     dense = DenseMLP(hidden=hidden, inter=inter, name="feed_forward")
     moe = MoE(hidden=hidden, num_experts=experts, experts_per_token=c.int("num_experts_per_tok"),
               expert_intermediate=inter, router_name="router", name="feed_forward")  # fmt: skip
-    layers = []
-    for i in range(num_layers):
-        mixer: Mixer = attn if i % a_period == a_offset else mamba
+
+    def parts(i: int) -> tuple[Mixer, MLP]:
         # A layer off the expert period, or a model with one expert, has a plain MLP and no router.
-        mlp: MLP = moe if experts > 1 and i % e_period == e_offset else dense
-        layers.append(Layer(prefix=f"model.layers.{i}", norms=norms(hidden, "input_layernorm", "pre_ff_layernorm"),
-                            mixers=(mixer,), mlps=(mlp,)))  # fmt: skip
-    is_tied = tied(c, meta)
-    embeddings, head = embed_head(vocab, hidden, is_tied, final_norm="model.final_layernorm")
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=0)  # fmt: skip
+        return attn if i % a_period == a_offset else mamba, moe if experts > 1 and i % e_period == e_offset else dense
+
+    return decoder(c, meta, parts=parts, rotary_dim=0, layer_norms=("input_layernorm", "pre_ff_layernorm"),
+                   final_norm="model.final_layernorm")  # fmt: skip

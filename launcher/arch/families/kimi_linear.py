@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from launcher.arch.common import Meta, build, embed_head
+from launcher.arch.common import Meta, decoder
 from launcher.arch.config import Cfg
-from launcher.arch.layers import DenseMLP, GatedDeltaNet, Layer, Mixer, MLAttention, MoE, norms, place, shared_experts
+from launcher.arch.layers import MLP, DenseMLP, GatedDeltaNet, Mixer, MLAttention, MoE, place, shared_experts
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, conv1d, linear, norm, param
 
@@ -115,7 +115,7 @@ def mlp_kinds(c: Cfg, n: int) -> list[str]:
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
+    hidden, inter = c.int("hidden_size"), c.int("intermediate_size")
     num_layers = c.int("num_hidden_layers")
     bias = c.bool("attention_bias")
     lac = c.sub("linear_attn_config")
@@ -137,18 +137,10 @@ def read(c: Cfg, meta: Meta) -> Model:
               shared=shared_experts(hidden, moe_inter * n_shared) if n_shared else None)  # fmt: skip
     dense = DenseMLP(hidden=hidden, inter=inter, detail="dense_first")
     kinds, mlps = layer_kinds(c, num_layers), mlp_kinds(c, num_layers)
-    is_tied = False  # transformers never ties Kimi Linear's head to the embedding (nor does vLLM)
 
-    def layer(i: int) -> Layer:
-        mixer: Mixer = mla if kinds[i] == "full_attention" else kda
-        return Layer(
-            prefix=f"model.layers.{i}",
-            norms=norms(hidden, "input_layernorm", "post_attention_layernorm"),
-            mixers=(mixer,),
-            mlps=(moe if mlps[i] == "sparse" else dense,),
-        )
+    def parts(i: int) -> tuple[Mixer, MLP]:
+        return mla if kinds[i] == "full_attention" else kda, moe if mlps[i] == "sparse" else dense
 
-    embeddings, head = embed_head(vocab, hidden, is_tied)
+    # transformers never ties Kimi Linear's head to the embedding (nor does vLLM).
     # NoPE latent attention: no rotary embedding anywhere in the model.
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=[layer(i) for i in range(num_layers)], is_tied=is_tied,
-                 embeddings=embeddings, head=head, rotary_dim=0, max_pos_key="model_max_length")  # fmt: skip
+    return decoder(c, meta, parts=parts, rotary_dim=0, is_tied=False, max_pos_key="model_max_length")

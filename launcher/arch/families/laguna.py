@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, attention, build, embed_head, layer_types, tied
+from launcher.arch.common import Meta, attention, decoder, layer_types
 from launcher.arch.config import Cfg
 from launcher.arch.families.hy_v3 import mlp_types
-from launcher.arch.layers import DenseMLP, Layer, MoE, norms, shared_experts
+from launcher.arch.layers import Attention, DenseMLP, MoE, shared_experts
 from launcher.arch.model import Model
 from launcher.arch.tensors import linear, param
 
@@ -41,7 +41,7 @@ def _rotary_dim(c: Cfg, d: int, kinds: list[str]) -> int:
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
+    hidden = c.int("hidden_size")
     num_layers = c.int("num_hidden_layers")
     kv = c.int("num_key_value_heads")
     d = c.opt_int("head_dim") or hidden // c.int("num_attention_heads")
@@ -56,7 +56,6 @@ def read(c: Cfg, meta: Meta) -> Model:
     bias = c.bool("attention_bias")
     gating = c.get("gating")
     per_head = gating is True or gating == "per-head"
-    is_tied = tied(c, meta)
     num_experts = c.int("num_experts")
     moe = MoE(
         hidden=hidden,
@@ -76,34 +75,14 @@ def read(c: Cfg, meta: Meta) -> Model:
             )
         ),
     )
-    dense = DenseMLP(hidden=hidden, inter=inter, detail="dense_first")
-    layers = []
-    for i in range(num_layers):
-        n = per_layer[i]
+    dense = DenseMLP(hidden=hidden, inter=c.int("intermediate_size"), detail="dense_first")
+
+    def attn(kind: str, n: int) -> Attention:
         # The output gate: one sigmoid per head, or per channel (heads x head_dim).
         gate = tuple(linear("g_proj", "attention", n if per_head else n * d, hidden, None, detail="output_gate"))
-        layers.append(
-            Layer(
-                prefix=f"model.layers.{i}",
-                norms=norms(hidden, "input_layernorm", "post_attention_layernorm"),
-                mixers=(
-                    attention(
-                        kinds[i],
-                        window=window,
-                        c=c,
-                        hidden=hidden,
-                        heads=n,
-                        kv_heads=kv,
-                        head_dim=d,
-                        qkv_bias=bias,
-                        o_bias=bias,
-                        qk_norm="head",
-                        extra=gate,
-                    ),
-                ),
-                mlps=(moe if mlps[i] == "sparse" else dense,),
-            )
-        )
-    embeddings, head = embed_head(vocab, hidden, is_tied)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=_rotary_dim(c, d, kinds))  # fmt: skip
+        return attention(kind, window=window, c=c, hidden=hidden, heads=n, kv_heads=kv, head_dim=d, qkv_bias=bias,
+                         o_bias=bias, qk_norm="head", extra=gate)  # fmt: skip
+
+    attns = {(k, n): attn(k, n) for k, n in set(zip(kinds, per_layer[:num_layers], strict=True))}
+    return decoder(c, meta, parts=lambda i: (attns[kinds[i], per_layer[i]], moe if mlps[i] == "sparse" else dense),
+                   rotary_dim=_rotary_dim(c, d, kinds))  # fmt: skip

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, attention, build, embed_head, heads, layer_types, tied
+from launcher.arch.common import Meta, attention, decoder, heads, layer_types, tied
 from launcher.arch.config import Cfg
-from launcher.arch.layers import MLP, DenseMLP, Layer, Mixer, MoE, ShortConv, norms
+from launcher.arch.layers import MLP, DenseMLP, Mixer, MoE, ShortConv
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, norm
 
@@ -46,7 +46,7 @@ def ffn_width(c: Cfg) -> int:
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden = c.int("vocab_size"), c.int("hidden_size")
+    hidden = c.int("hidden_size")
     num_layers = c.int("num_hidden_layers")
     is_moe = meta.model_type == "lfm2_moe"
     if is_moe and not c.has("layer_types"):
@@ -77,14 +77,11 @@ def read(c: Cfg, meta: Meta) -> Model:
                   name="feed_forward", extra=bias if c.bool("use_expert_bias") else ())  # fmt: skip
     else:
         dense = DenseMLP(hidden=hidden, inter=ffn_width(c), names=MLP_NAMES, name="feed_forward")
-    layers = []
-    for i in range(num_layers):
-        mixer: Mixer = attn if kinds[i] == "full_attention" else conv
-        mlp: MLP = moe if moe is not None and i >= dense_first else dense
-        layers.append(Layer(prefix=f"model.layers.{i}", norms=norms(hidden, "operator_norm", "ffn_norm"),
-                            mixers=(mixer,), mlps=(mlp,)))  # fmt: skip
+
+    def parts(i: int) -> tuple[Mixer, MLP]:
+        return attn if kinds[i] == "full_attention" else conv, moe if moe is not None and i >= dense_first else dense
+
     # Older configs name the flag tie_embedding; transformers reads it in place of tie_word_embeddings.
     is_tied = c.bool("tie_embedding") if c.has("tie_embedding") else tied(c, meta)
-    embeddings, head = embed_head(vocab, hidden, is_tied, final_norm="model.embedding_norm")
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=d)  # fmt: skip
+    return decoder(c, meta, parts=parts, rotary_dim=d, layer_norms=("operator_norm", "ffn_norm"), is_tied=is_tied,
+                   final_norm="model.embedding_norm")  # fmt: skip

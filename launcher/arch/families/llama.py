@@ -1,12 +1,13 @@
-"""Llama (and every checkpoint vLLM serves as LlamaForCausalLM): RMSNorm, GQA attention, SwiGLU MLP."""
+"""Llama (and every checkpoint vLLM serves as LlamaForCausalLM): RMSNorm, GQA attention, SwiGLU MLP. Its attention
+(`llama_attention`) is the one most other families read."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, build, embed_head, heads, tied
+from launcher.arch.common import Meta, attention, decoder, heads
 from launcher.arch.config import Cfg
-from launcher.arch.layers import Attention, DenseMLP, Layer, norms
+from launcher.arch.layers import Attention, DenseMLP
 from launcher.arch.model import Model
 
 MODEL_TYPES = ("llama",)
@@ -19,20 +20,19 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 
+def llama_attention(c: Cfg, hidden: int, kind: str = "full_attention", window: int | None = None,
+                    **kw: Any) -> Attention:  # fmt: skip
+    """Llama's attention, as most families read it: query heads, KV heads and head_dim from the config (with
+    their usual fallbacks) and one `attention_bias` for q, k, v and o; `kind` and `window` for a sliding layer,
+    `kw` for what the family adds."""
+    n, kv, d = heads(c, hidden=hidden)
+    bias = c.bool("attention_bias")
+    return attention(kind, window=window, c=c, hidden=hidden, heads=n, kv_heads=kv, head_dim=d, qkv_bias=bias,
+                     o_bias=bias, **kw)  # fmt: skip
+
+
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
-    n, kv, d = heads(c)
-    bias, mlp_bias = c.bool("attention_bias"), c.bool("mlp_bias")
-    is_tied = tied(c, meta)
-    layers = [
-        Layer(
-            prefix=f"model.layers.{i}",
-            norms=norms(hidden, "input_layernorm", "post_attention_layernorm"),
-            mixers=(Attention(hidden=hidden, heads=n, kv_heads=kv, head_dim=d, qkv_bias=bias, o_bias=bias),),
-            mlps=(DenseMLP(hidden=hidden, inter=inter, bias=mlp_bias),),
-        )
-        for i in range(c.int("num_hidden_layers"))
-    ]
-    embeddings, head = embed_head(vocab, hidden, is_tied)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=d)  # fmt: skip
+    hidden = c.int("hidden_size")
+    attn = llama_attention(c, hidden)
+    mlp = DenseMLP(hidden=hidden, inter=c.int("intermediate_size"), bias=c.bool("mlp_bias"))
+    return decoder(c, meta, parts=lambda i: (attn, mlp), rotary_dim=attn.head_dim)

@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from launcher.arch.common import Meta, attention, build, embed_head, heads, layer_types, text_config, tied
+from launcher.arch.common import Meta, attention, decoder, heads, layer_types, text_config
 from launcher.arch.config import Cfg
-from launcher.arch.layers import MLP, DenseMLP, Layer, MoE, norms, shared_experts
+from launcher.arch.layers import DenseMLP, MoE, shared_experts
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, linear, norm, param
 from launcher.arch.towers import Tower
@@ -104,7 +104,7 @@ def read(c: Cfg, meta: Meta) -> Model:
                 projector_out=c.int("hidden_size"),
             )
         )  # fmt: skip
-    vocab, hidden = c.int("vocab_size"), c.int("hidden_size")
+    hidden = c.int("hidden_size")
     n, kv, d = heads(c)
     num_layers = c.int("num_hidden_layers")
     interval = c.int("no_rope_layer_interval")
@@ -128,21 +128,8 @@ def read(c: Cfg, meta: Meta) -> Model:
     dense = DenseMLP(hidden=hidden, inter=c.int("intermediate_size_mlp"), name="feed_forward",
                      detail="dense_first" if len(sparse) < num_layers else "dense")  # fmt: skip
     bias = c.bool("attention_bias")
-    is_tied = tied(c, meta)
-    layers = []
-    for i in range(num_layers):
-        mlp: MLP = moe if i in sparse else dense
-        mixer = attention(kinds[i], chunk=chunk, c=c, hidden=hidden, heads=n, kv_heads=kv, head_dim=d,
-                          qkv_bias=bias, o_bias=bias)  # fmt: skip
-        layers.append(
-            Layer(
-                prefix=f"{base}model.layers.{i}",
-                norms=norms(hidden, "input_layernorm", "post_attention_layernorm"),
-                mixers=(mixer,),
-                mlps=(mlp,),
-            )
-        )
-    embeddings, head = embed_head(vocab, hidden, is_tied, embed=f"{base}model.embed_tokens",
-                                  final_norm=f"{base}model.norm", head=f"{base}lm_head")  # fmt: skip
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=d, towers=tuple(towers))  # fmt: skip
+    attn = {k: attention(k, chunk=chunk, c=c, hidden=hidden, heads=n, kv_heads=kv, head_dim=d, qkv_bias=bias,
+                         o_bias=bias) for k in set(kinds)}  # fmt: skip
+    return decoder(c, meta, parts=lambda i: (attn[kinds[i]], moe if i in sparse else dense), rotary_dim=d,
+                   prefix=f"{base}model.layers", embed=f"{base}model.embed_tokens", final_norm=f"{base}model.norm",
+                   head=f"{base}lm_head", towers=tuple(towers))  # fmt: skip

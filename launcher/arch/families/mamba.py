@@ -8,11 +8,12 @@ d_inner x (kernel - 1) and an SSM state of d_inner x d_state; vLLM serves both a
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from launcher.arch.common import Meta, build, embed_head, tied
 from launcher.arch.config import Cfg
-from launcher.arch.layers import Layer, Mamba, Norm
+from launcher.arch.layers import MLP, Layer, Mamba, Mixer, Norm
 from launcher.arch.model import Model
 
 MODEL_TYPES = ("mamba", "falcon_mamba")
@@ -29,18 +30,28 @@ def dt_rank(c: Cfg, key: str, hidden: int) -> int:
     return c.int(key)
 
 
-def read(c: Cfg, meta: Meta) -> Model:
+def backbone(c: Cfg, meta: Meta, blocks: Sequence[tuple[tuple[Mixer, ...], tuple[MLP, ...]]], *,
+             is_tied: bool | None = None, **kw: Any) -> Model:  # fmt: skip
+    """Mamba's frame (shared with Mamba2 and Nemotron-H): a layer per block (its mixers and MLPs) under
+    `backbone.layers`, each with one norm, the embedding `backbone.embeddings` and the final norm `norm_f`; no
+    rotary embedding."""
     vocab, hidden = c.int("vocab_size"), c.int("hidden_size")
+    tie = tied(c, meta) if is_tied is None else is_tied
+    layers = [
+        Layer(prefix=f"backbone.layers.{i}", norms=(Norm(name="norm", size=hidden, gguf="attn_norm"),), mixers=mixers,
+              mlps=mlps)
+        for i, (mixers, mlps) in enumerate(blocks)
+    ]  # fmt: skip
+    embeddings, head = embed_head(vocab, hidden, tie, embed="backbone.embeddings", final_norm="backbone.norm_f")
+    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=tie, embeddings=embeddings, head=head,
+                 rotary_dim=0, **kw)  # fmt: skip
+
+
+def read(c: Cfg, meta: Meta) -> Model:
+    hidden = c.int("hidden_size")
     # intermediate_size is derived (expand * hidden) unless the saved config states it.
     d_inner = c.opt_int("intermediate_size") or c.int("expand") * hidden
     mixer = Mamba(hidden=hidden, d_inner=d_inner, d_state=c.int("state_size"), conv_kernel=c.int("conv_kernel"),
                   dt_rank=dt_rank(c, "time_step_rank", hidden), conv_bias=c.bool("use_conv_bias"),
                   proj_bias=c.bool("use_bias"))  # fmt: skip
-    is_tied = tied(c, meta)
-    layers = [
-        Layer(prefix=f"backbone.layers.{i}", norms=(Norm(name="norm", size=hidden, gguf="attn_norm"),), mixers=(mixer,))
-        for i in range(c.int("num_hidden_layers"))
-    ]
-    embeddings, head = embed_head(vocab, hidden, is_tied, embed="backbone.embeddings", final_norm="backbone.norm_f")
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=0)  # fmt: skip
+    return backbone(c, meta, [((mixer,), ())] * c.int("num_hidden_layers"))

@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from launcher.arch.common import Meta, build, embed_head, tied
+from launcher.arch.common import Meta
 from launcher.arch.config import Cfg
-from launcher.arch.layers import Layer, Mamba2, Norm
+from launcher.arch.families.mamba import backbone
+from launcher.arch.layers import Mamba2
 from launcher.arch.model import Model
 
 MODEL_TYPES = ("mamba2",)
@@ -54,18 +55,11 @@ def mamba2_mixer(c: Cfg, hidden: int, *, heads: int, head_dim: int, d_state: str
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden = c.int("vocab_size"), c.int("hidden_size")
+    hidden = c.int("hidden_size")
     heads, head_dim = c.int("num_heads"), c.int("head_dim")
     # transformers sizes the mixer by expand * hidden and requires the heads to tile it exactly.
     if heads * head_dim != c.int("expand") * hidden:
         raise c.error(f"num_heads * head_dim ({heads * head_dim}) must equal expand * hidden_size", "num_heads")
     mixer = mamba2_mixer(c, hidden, heads=heads, head_dim=head_dim, d_state="state_size", n_groups="n_groups",
                          conv_kernel="conv_kernel", conv_bias="use_conv_bias", proj_bias="use_bias")  # fmt: skip
-    is_tied = tied(c, meta)
-    layers = [
-        Layer(prefix=f"backbone.layers.{i}", norms=(Norm(name="norm", size=hidden, gguf="attn_norm"),), mixers=(mixer,))
-        for i in range(c.int("num_hidden_layers"))
-    ]
-    embeddings, head = embed_head(vocab, hidden, is_tied, embed="backbone.embeddings", final_norm="backbone.norm_f")
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=0)  # fmt: skip
+    return backbone(c, meta, [((mixer,), ())] * c.int("num_hidden_layers"))

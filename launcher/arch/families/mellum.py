@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, attention, build, embed_head, heads, layer_types, tied
+from launcher.arch.common import Meta, decoder, layer_types
 from launcher.arch.config import Cfg
 from launcher.arch.families.hy_v3 import mlp_types
-from launcher.arch.layers import DenseMLP, Layer, MoE, norms
+from launcher.arch.families.llama import llama_attention
+from launcher.arch.layers import DenseMLP, MoE
 from launcher.arch.model import Model
 
 MODEL_TYPES = ("mellum",)
@@ -26,39 +27,14 @@ ATTRIBUTE_MAP: dict[str, dict[str, str]] = {"mellum": {"num_experts": "num_local
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
-    n, kv, d = heads(c)
+    hidden = c.int("hidden_size")
     num_layers = c.int("num_hidden_layers")
     kinds = layer_types(c, num_layers)
     mlps = mlp_types(c, num_layers, ["sparse"] * num_layers)
     window = c.opt_int("sliding_window")
-    bias = c.bool("attention_bias")
-    is_tied = tied(c, meta)
+    attn = {k: llama_attention(c, hidden, k, window, qk_norm="head") for k in set(kinds)}
     moe = MoE(hidden=hidden, num_experts=c.int("num_experts"), experts_per_token=c.int("num_experts_per_tok"),
               expert_intermediate=c.int("moe_intermediate_size"))  # fmt: skip
-    dense = DenseMLP(hidden=hidden, inter=inter, detail="dense_first")
-    layers = [
-        Layer(
-            prefix=f"model.layers.{i}",
-            norms=norms(hidden, "input_layernorm", "post_attention_layernorm"),
-            mixers=(
-                attention(
-                    kinds[i],
-                    window=window,
-                    c=c,
-                    hidden=hidden,
-                    heads=n,
-                    kv_heads=kv,
-                    head_dim=d,
-                    qkv_bias=bias,
-                    o_bias=bias,
-                    qk_norm="head",
-                ),
-            ),
-            mlps=(moe if mlps[i] == "sparse" else dense,),
-        )
-        for i in range(num_layers)
-    ]
-    embeddings, head = embed_head(vocab, hidden, is_tied)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=d)  # fmt: skip
+    dense = DenseMLP(hidden=hidden, inter=c.int("intermediate_size"), detail="dense_first")
+    return decoder(c, meta, parts=lambda i: (attn[kinds[i]], moe if mlps[i] == "sparse" else dense),
+                   rotary_dim=attn[kinds[0]].head_dim)  # fmt: skip

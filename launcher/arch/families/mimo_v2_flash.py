@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, attention, build, embed_head, layer_types, tied
+from launcher.arch.common import Meta, attention, decoder, layer_types
 from launcher.arch.config import Cfg
 from launcher.arch.families.hy_v3 import mlp_types, nextn_layer
-from launcher.arch.layers import Attention, DenseMLP, Layer, MoE, norms
+from launcher.arch.layers import Attention, DenseMLP, MoE
 from launcher.arch.model import Model
 from launcher.arch.tensors import linear, param
 
@@ -51,7 +51,6 @@ def read(c: Cfg, meta: Meta) -> Model:
     mlps = mlp_types(c, num_layers, ["dense"] + ["sparse"] * (num_layers - 1))
     window = c.opt_int("sliding_window")
     bias = c.bool("attention_bias")
-    is_tied = tied(c, meta)
     sinks = tuple(param("attention_sink_bias", "attention", (n,), None, role="sink", gguf="attn_sinks",
                         detail="sinks"))  # fmt: skip
 
@@ -62,18 +61,10 @@ def read(c: Cfg, meta: Meta) -> Model:
         return attention(kind, window=window, c=c, hidden=hidden, heads=n, kv_heads=k, head_dim=d, v_head_dim=vd,
                          qkv_bias=bias, extra=sinks if swa else ())  # fmt: skip
 
+    attns = {k: attn(k) for k in set(kinds)}
     moe = MoE(hidden=hidden, num_experts=c.int("n_routed_experts"), experts_per_token=c.int("num_experts_per_tok"),
               expert_intermediate=c.int("moe_intermediate_size"), score_bias=True)  # fmt: skip
     dense = DenseMLP(hidden=hidden, inter=inter, detail="dense_first")
-    layers = [
-        Layer(
-            prefix=f"model.layers.{i}",
-            norms=norms(hidden, "input_layernorm", "post_attention_layernorm"),
-            mixers=(attn(kinds[i]),),
-            mlps=(moe if mlps[i] == "sparse" else dense,),
-        )
-        for i in range(num_layers)
-    ]
     # vLLM's MiMoV2MTP holds its own token embedding and output head (loaded from the main model's).
     own = (*linear("embed_tokens", "other", vocab, hidden, None, role="embedding"),
            *linear("lm_head", "other", vocab, hidden, None, role="lm_head"))  # fmt: skip
@@ -88,6 +79,5 @@ def read(c: Cfg, meta: Meta) -> Model:
         )
         for j in range(c.int0("num_nextn_predict_layers", 0))
     )
-    embeddings, head = embed_head(vocab, hidden, is_tied)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=_rotary_dim(c, d, kinds), mtp_layers=mtp)  # fmt: skip
+    return decoder(c, meta, parts=lambda i: (attns[kinds[i]], moe if mlps[i] == "sparse" else dense),
+                   rotary_dim=_rotary_dim(c, d, kinds), mtp_layers=mtp)  # fmt: skip

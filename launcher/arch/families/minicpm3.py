@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from launcher.arch.common import Meta, build, embed_head, tied
+from launcher.arch.common import Meta, decoder
 from launcher.arch.config import Cfg
 from launcher.arch.families.deepseek_v3 import mla
-from launcher.arch.layers import DenseMLP, Layer, MLAttention, kv_heads_per_rank, norms
+from launcher.arch.layers import DenseMLP, MLAttention, kv_heads_per_rank
 from launcher.arch.model import Model
 
 MODEL_TYPES = ("minicpm3",)
@@ -42,17 +42,8 @@ class ExpandedMLA(MLAttention):
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, n = c.int("vocab_size"), c.int("hidden_size"), c.int("num_hidden_layers")
-    heads = c.int("num_attention_heads")
+    hidden, heads = c.int("hidden_size"), c.int("num_attention_heads")
     # transformers' __post_init__: v_head_dim None -> hidden_size // num_attention_heads
     attn = mla(c, hidden, cls=ExpandedMLA, v_head_dim=c.opt_int("v_head_dim") or hidden // heads)
     mlp = DenseMLP(hidden=hidden, inter=c.int("intermediate_size"), bias=c.bool("mlp_bias"))
-    layers = [
-        Layer(prefix=f"model.layers.{i}", norms=norms(hidden, "input_layernorm", "post_attention_layernorm"),
-              mixers=(attn,), mlps=(mlp,))
-        for i in range(n)
-    ]  # fmt: skip
-    is_tied = tied(c, meta)
-    embeddings, head = embed_head(vocab, hidden, is_tied)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=attn.qk_rope_head_dim)  # fmt: skip
+    return decoder(c, meta, parts=lambda i: (attn, mlp), rotary_dim=attn.qk_rope_head_dim)

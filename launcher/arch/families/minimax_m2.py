@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, build, embed_head, heads, tied
+from launcher.arch.common import Meta, decoder, heads
 from launcher.arch.config import Cfg
 from launcher.arch.families.hy_v3 import nextn_layer
-from launcher.arch.layers import Attention, Layer, MoE, norms
+from launcher.arch.layers import Attention, MoE
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor
 
@@ -38,10 +38,9 @@ def _rotary_dim(c: Cfg, d: int) -> int:
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
+    hidden, inter = c.int("hidden_size"), c.int("intermediate_size")
     n, kv, d = heads(c)
     num_layers = c.int("num_hidden_layers")
-    is_tied = tied(c, meta)
     attn = Attention(hidden=hidden, heads=n, kv_heads=kv, head_dim=d, qk_norm="full")
     num_experts = c.int("num_experts")
     score_bias = Tensor("e_score_correction_bias", "experts", "buffer", (num_experts,), gguf="exp_probs_b",
@@ -50,16 +49,11 @@ def read(c: Cfg, meta: Meta) -> Model:
               expert_intermediate=inter, name="block_sparse_moe", expert_names=("w1", "w3", "w2"),
               extra=(score_bias,))  # fmt: skip
     layer_norms = ("input_layernorm", "post_attention_layernorm")
-    layers = [
-        Layer(prefix=f"model.layers.{i}", norms=norms(hidden, *layer_norms), mixers=(attn,), mlps=(moe,))
-        for i in range(num_layers)
-    ]
     # MTP modules (one decoder layer each) numbered on after the last decoder layer.
     num_mtp = c.int0("num_mtp_modules", 0) if c.bool("use_mtp", False) else 0
     mtp = tuple(
         nextn_layer(f"model.layers.{num_layers + j}", hidden, attn, moe, layer_norms=layer_norms)
         for j in range(num_mtp)
     )
-    embeddings, head = embed_head(vocab, hidden, is_tied)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=_rotary_dim(c, d), mtp_layers=mtp)  # fmt: skip
+    return decoder(c, meta, parts=lambda i: (attn, moe), rotary_dim=_rotary_dim(c, d), layer_norms=layer_norms,
+                   mtp_layers=mtp)  # fmt: skip

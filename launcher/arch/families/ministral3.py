@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, attention, build, embed_head, heads, tied
+from launcher.arch.common import Meta
 from launcher.arch.config import Cfg
-from launcher.arch.layers import DenseMLP, Layer, norms
+from launcher.arch.families import mistral
 from launcher.arch.model import Model
 
 MODEL_TYPES = ("ministral3",)
@@ -22,20 +22,4 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
-    n, kv, d = heads(c)
-    window = c.opt_int("sliding_window")
-    kind = "sliding_attention" if window else "full_attention"
-    is_tied = tied(c, meta)
-    layers = [
-        Layer(
-            prefix=f"model.layers.{i}",
-            norms=norms(hidden, "input_layernorm", "post_attention_layernorm"),
-            mixers=(attention(kind, window=window, hidden=hidden, heads=n, kv_heads=kv, head_dim=d),),
-            mlps=(DenseMLP(hidden=hidden, inter=inter),),
-        )
-        for i in range(c.int("num_hidden_layers"))
-    ]
-    embeddings, head = embed_head(vocab, hidden, is_tied)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=d)  # fmt: skip
+    return mistral.read(c, meta)  # Mistral's layer; only the defaults (and the positions' scaling) differ

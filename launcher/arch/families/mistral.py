@@ -1,13 +1,14 @@
-"""Mistral and Mixtral: Llama's layout without biases; `sliding_window` (when set) on every layer; Mixtral
+"""Mistral and Mixtral: Llama's layout without biases; `sliding_window` (when set) on every layer (that attention,
+`mistral_attention`, is also Phi-3's, StarCoder2's and Phi-3.5-MoE's; Ministral 3 reads as Mistral); Mixtral
 replaces the MLP by 8 SwiGLU experts, top-2."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, attention, build, embed_head, heads, tied
+from launcher.arch.common import Meta, attention, decoder, heads
 from launcher.arch.config import Cfg
-from launcher.arch.layers import MLP, DenseMLP, Layer, MoE, norms
+from launcher.arch.layers import MLP, Attention, DenseMLP, MoE
 from launcher.arch.model import Model
 
 MODEL_TYPES = ("mistral", "mixtral")
@@ -23,27 +24,20 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 
-def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
-    n, kv, d = heads(c)
+def mistral_attention(c: Cfg, hidden: int, **kw: Any) -> Attention:
+    """GQA attention with sliding windows on every layer when the config sets `sliding_window`, full attention
+    otherwise; `kw` for what a family adds (biases, a fused qkv)."""
+    n, kv, d = heads(c, hidden=hidden)
     window = c.opt_int("sliding_window")
     kind = "sliding_attention" if window else "full_attention"
-    is_tied = tied(c, meta)
-    mlp: MLP
+    return attention(kind, window=window, hidden=hidden, heads=n, kv_heads=kv, head_dim=d, **kw)
+
+
+def read(c: Cfg, meta: Meta) -> Model:
+    hidden, inter = c.int("hidden_size"), c.int("intermediate_size")
+    attn = mistral_attention(c, hidden)
+    mlp: MLP = DenseMLP(hidden=hidden, inter=inter)
     if meta.model_type == "mixtral":
         mlp = MoE(hidden=hidden, num_experts=c.int("num_local_experts"),
                   experts_per_token=c.int("num_experts_per_tok"), expert_intermediate=inter)  # fmt: skip
-    else:
-        mlp = DenseMLP(hidden=hidden, inter=inter)
-    layers = [
-        Layer(
-            prefix=f"model.layers.{i}",
-            norms=norms(hidden, "input_layernorm", "post_attention_layernorm"),
-            mixers=(attention(kind, window=window, hidden=hidden, heads=n, kv_heads=kv, head_dim=d),),
-            mlps=(mlp,),
-        )
-        for i in range(c.int("num_hidden_layers"))
-    ]
-    embeddings, head = embed_head(vocab, hidden, is_tied)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=d)  # fmt: skip
+    return decoder(c, meta, parts=lambda i: (attn, mlp), rotary_dim=attn.head_dim)

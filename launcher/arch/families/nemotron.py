@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, build, embed_head, heads, tied
+from launcher.arch.common import Meta
 from launcher.arch.config import Cfg
-from launcher.arch.layers import Attention, DenseMLP, Layer, norms
+from launcher.arch.families.arcee import plain_mlp_model
 from launcher.arch.model import Model
 
 MODEL_TYPES = ("nemotron",)
@@ -20,22 +20,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
-    n, kv, d = heads(c)
-    bias, mlp_bias = c.bool("attention_bias"), c.bool("mlp_bias")
     rope = c.raw.get("rope_parameters")
     factor = rope.get("partial_rotary_factor") if isinstance(rope, dict) else None
     factor = factor if isinstance(factor, int | float) else c.float("partial_rotary_factor")
-    is_tied = tied(c, meta)
-    layers = [
-        Layer(
-            prefix=f"model.layers.{i}",
-            norms=norms(hidden, "input_layernorm", "post_attention_layernorm", bias=True),
-            mixers=(Attention(hidden=hidden, heads=n, kv_heads=kv, head_dim=d, qkv_bias=bias, o_bias=bias),),
-            mlps=(DenseMLP(hidden=hidden, inter=inter, gated=False, bias=mlp_bias),),
-        )
-        for i in range(c.int("num_hidden_layers"))
-    ]
-    embeddings, head = embed_head(vocab, hidden, is_tied, norm_bias=True)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=int(d * factor))  # fmt: skip
+    return plain_mlp_model(c, meta, norm_bias=True, rotary_factor=factor)

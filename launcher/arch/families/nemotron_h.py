@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from launcher.arch.common import Meta, attention, build, embed_head, heads
+from launcher.arch.common import Meta, attention, heads
 from launcher.arch.config import Cfg
+from launcher.arch.families.mamba import backbone
 from launcher.arch.families.mamba2 import mamba2_mixer
 from launcher.arch.layers import MLP, DenseMLP, Layer, Mixer, MoE, Norm, shared_experts
 from launcher.arch.model import Model
@@ -141,7 +142,7 @@ def mlp_width(c: Cfg, index: int) -> int:
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden = c.int("vocab_size"), c.int("hidden_size")
+    hidden = c.int("hidden_size")
     kinds = block_types(
         c, "layers_block_type", "hybrid_override_pattern", ["linear_attention", "moe", "full_attention", "mlp"]
     )
@@ -149,29 +150,22 @@ def read(c: Cfg, meta: Meta) -> Model:
                          d_state="ssm_state_size", n_groups=_key(c, "n_groups"),
                          conv_kernel=_key(c, "conv_kernel"), conv_bias=_key(c, "use_conv_bias"),
                          proj_bias="use_bias")  # fmt: skip
-    layers: list[Layer] = []
+    blocks: list[tuple[tuple[Mixer, ...], tuple[MLP, ...]]] = []
     mlp_index = 0
     for i, kind in enumerate(kinds):
         lc = layer_cfg(c, i)
-        mixers: tuple[Mixer, ...] = ()
-        mlps: tuple[MLP, ...] = ()
         if kind == "linear_attention":
-            mixers = (mamba,)
+            blocks.append(((mamba,), ()))
         elif kind == "full_attention":
-            mixers = (attn(lc, hidden),)
+            blocks.append(((attn(lc, hidden),), ()))
         elif kind == "mlp":
-            mlps = (DenseMLP(hidden=hidden, inter=mlp_width(lc, mlp_index), gated=False, bias=lc.bool("mlp_bias"),
-                             name="mixer"),)  # fmt: skip
+            blocks.append(((), (DenseMLP(hidden=hidden, inter=mlp_width(lc, mlp_index), gated=False,
+                                         bias=lc.bool("mlp_bias"), name="mixer"),)))  # fmt: skip
             mlp_index += 1
         else:
-            mlps = (moe(lc, hidden),)
-        layers.append(Layer(prefix=f"backbone.layers.{i}", norms=(Norm(name="norm", size=hidden, gguf="attn_norm"),),
-                            mixers=mixers, mlps=mlps))  # fmt: skip
+            blocks.append(((), (moe(lc, hidden),)))
     # NemotronH ties nothing (no _tied_weights_keys in transformers, no tie in vLLM), whatever the config says.
-    is_tied = False
-    embeddings, head = embed_head(vocab, hidden, is_tied, embed="backbone.embeddings", final_norm="backbone.norm_f")
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=0, mtp_layers=mtp_layers(c, hidden))  # fmt: skip
+    return backbone(c, meta, blocks, is_tied=False, mtp_layers=mtp_layers(c, hidden))
 
 
 def mtp_layers(c: Cfg, hidden: int) -> tuple[Layer, ...]:

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, attention, build, embed_head, heads, layer_types, tied
+from launcher.arch.common import Meta, decoder, layer_types
 from launcher.arch.config import Cfg
-from launcher.arch.layers import DenseMLP, Layer, Norm
+from launcher.arch.families.llama import llama_attention
+from launcher.arch.layers import DenseMLP, Norm
 from launcher.arch.model import Model
 
 MODEL_TYPES = ("olmo", "olmo2", "olmo3")
@@ -25,8 +26,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
-    n, kv, d = heads(c)
+    hidden = c.int("hidden_size")
     num_layers = c.int("num_hidden_layers")
     kinds = ["full_attention"] * num_layers
     window = None
@@ -35,21 +35,14 @@ def read(c: Cfg, meta: Meta) -> Model:
         kinds = layer_types(c, num_layers, lambda i: "sliding_attention" if (i + 1) % 4 else "full_attention")
         # Without a window a "sliding" layer attends to everything.
         kinds = [k if window else "full_attention" for k in kinds]
-    bias = c.bool("attention_bias")
     post_norms = meta.model_type != "olmo"
     # OLMo's LayerNorms carry no weight or bias; OLMo 2/3 norm the outputs of attention and of the MLP.
     ln: tuple[Norm, ...] = ()
     if post_norms:
         ln = (Norm(name="post_attention_layernorm", size=hidden, gguf="attn_post_norm"),
               Norm(name="post_feedforward_layernorm", size=hidden, gguf="ffn_post_norm"))  # fmt: skip
-    is_tied = tied(c, meta)
     # OLMo 2/3 normalise q and k over their whole projection (heads × head_dim), not per head.
-    attn = {k: attention(k, window=window, c=c, hidden=hidden, heads=n, kv_heads=kv, head_dim=d, qkv_bias=bias,
-                         o_bias=bias, qk_norm="full" if post_norms else "none") for k in set(kinds)}  # fmt: skip
-    mlp = DenseMLP(hidden=hidden, inter=inter)
-    layers = [
-        Layer(prefix=f"model.layers.{i}", norms=ln, mixers=(attn[kinds[i]],), mlps=(mlp,)) for i in range(num_layers)
-    ]
-    embeddings, head = embed_head(vocab, hidden, is_tied, final_norm="model.norm" if post_norms else None)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=d)  # fmt: skip
+    attn = {k: llama_attention(c, hidden, k, window, qk_norm="full" if post_norms else "none") for k in set(kinds)}
+    mlp = DenseMLP(hidden=hidden, inter=c.int("intermediate_size"))
+    return decoder(c, meta, parts=lambda i: (attn[kinds[i]], mlp), rotary_dim=attn[kinds[0]].head_dim, layer_norms=ln,
+                   final_norm="model.norm" if post_norms else None)  # fmt: skip

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, build, embed_head, heads, tied
+from launcher.arch.common import Meta, decoder, heads
 from launcher.arch.config import Cfg
-from launcher.arch.layers import Attention, Layer, MoE, norms
+from launcher.arch.layers import Attention, MoE
 from launcher.arch.model import Model
 from launcher.arch.tensors import norm
 
@@ -24,10 +24,9 @@ ATTRIBUTE_MAP: dict[str, dict[str, str]] = {"olmoe": {"num_local_experts": "num_
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
+    hidden = c.int("hidden_size")
     n, kv, d = heads(c)
     bias = c.bool("attention_bias")
-    is_tied = tied(c, meta)
     # q_norm spans hidden_size and k_norm the KV heads at hidden // heads each, whatever head_dim says.
     qk_norms = (
         *norm("q_norm", hidden, None, part="attention", gguf="attn_q_norm", detail="attention_norms"),
@@ -35,16 +34,5 @@ def read(c: Cfg, meta: Meta) -> Model:
     )
     attn = Attention(hidden=hidden, heads=n, kv_heads=kv, head_dim=d, qkv_bias=bias, o_bias=bias, extra=qk_norms)
     moe = MoE(hidden=hidden, num_experts=c.int("num_experts"), experts_per_token=c.int("num_experts_per_tok"),
-              expert_intermediate=inter)  # fmt: skip
-    layers = [
-        Layer(
-            prefix=f"model.layers.{i}",
-            norms=norms(hidden, "input_layernorm", "post_attention_layernorm"),
-            mixers=(attn,),
-            mlps=(moe,),
-        )
-        for i in range(c.int("num_hidden_layers"))
-    ]
-    embeddings, head = embed_head(vocab, hidden, is_tied)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=d)  # fmt: skip
+              expert_intermediate=c.int("intermediate_size"))  # fmt: skip
+    return decoder(c, meta, parts=lambda i: (attn, moe), rotary_dim=d)

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, build, embed_head, heads, tied
+from launcher.arch.common import Meta, decoder, heads
 from launcher.arch.config import Cfg
 from launcher.arch.families.gpt2 import head_bias
 from launcher.arch.families.gpt_neox import partial_rotary
-from launcher.arch.layers import Attention, DenseMLP, Layer, norms
+from launcher.arch.layers import Attention, DenseMLP
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, norm
 
@@ -24,7 +24,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
+    hidden = c.int("hidden_size")
     n, kv, d = heads(c)
     qk_norm: tuple[Tensor, ...] = ()
     if c.bool("qk_layernorm"):
@@ -34,16 +34,10 @@ def read(c: Cfg, meta: Meta) -> Model:
             *norm("q_layernorm", w, None, part="attention", bias=True, detail="attention_norms"),
             *norm("k_layernorm", w, None, part="attention", bias=True, detail="attention_norms"),
         )
-    is_tied = tied(c, meta)
     attn = Attention(hidden=hidden, heads=n, kv_heads=kv, head_dim=d, qkv_bias=True, o_bias=True,
                      names=("q_proj", "k_proj", "v_proj", "dense"), extra=qk_norm)  # fmt: skip
-    mlp = DenseMLP(hidden=hidden, inter=inter, gated=False, bias=True, names=("", "fc1", "fc2"))
-    ln = norms(hidden, "input_layernorm", bias=True)  # one norm feeds attention and MLP in parallel
-    layers = [
-        Layer(prefix=f"model.layers.{i}", norms=ln, mixers=(attn,), mlps=(mlp,))
-        for i in range(c.int("num_hidden_layers"))
-    ]
-    embeddings, head = embed_head(vocab, hidden, is_tied, final_norm="model.final_layernorm", norm_bias=True)
-    head += (head_bias(vocab),)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=partial_rotary(c, d, "partial_rotary_factor"))  # fmt: skip
+    mlp = DenseMLP(hidden=hidden, inter=c.int("intermediate_size"), gated=False, bias=True, names=("", "fc1", "fc2"))
+    # one norm feeds attention and MLP in parallel
+    return decoder(c, meta, parts=lambda i: (attn, mlp), rotary_dim=partial_rotary(c, d, "partial_rotary_factor"),
+                   layer_norms=("input_layernorm",), norm_bias=True, final_norm="model.final_layernorm",
+                   head_extra=(head_bias(c.int("vocab_size")),))  # fmt: skip

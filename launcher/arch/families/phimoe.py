@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, attention, build, embed_head, heads, tied
+from launcher.arch.common import Meta, decoder
 from launcher.arch.config import Cfg
-from launcher.arch.layers import Layer, MoE, norms
+from launcher.arch.families.mistral import mistral_attention
+from launcher.arch.layers import MoE
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor
 
@@ -23,29 +24,13 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
-    n, kv, d = heads(c)
-    window = c.opt_int("sliding_window")
-    kind = "sliding_attention" if window else "full_attention"
+    vocab, hidden = c.int("vocab_size"), c.int("hidden_size")
     bias = c.bool("attention_bias")
-    is_tied = tied(c, meta)
+    attn = mistral_attention(c, hidden, qkv_bias=bias, o_bias=bias)
     moe = MoE(hidden=hidden, num_experts=c.int("num_local_experts"), experts_per_token=c.int("num_experts_per_tok"),
-              expert_intermediate=inter, name="block_sparse_moe", expert_names=("w1", "w3", "w2"))  # fmt: skip
-    layers = [
-        Layer(
-            prefix=f"model.layers.{i}",
-            norms=norms(hidden, "input_layernorm", "post_attention_layernorm", bias=True),
-            mixers=(
-                attention(
-                    kind, window=window, hidden=hidden, heads=n, kv_heads=kv, head_dim=d, qkv_bias=bias, o_bias=bias
-                ),
-            ),
-            mlps=(moe,),
-        )
-        for i in range(c.int("num_hidden_layers"))
-    ]
-    embeddings, head = embed_head(vocab, hidden, is_tied, norm_bias=True)
-    if c.bool("lm_head_bias"):  # the bias stays the head's own even when its weight is tied
-        head += (Tensor("lm_head.bias", "lm_head", "bias", (vocab,)),)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=d)  # fmt: skip
+              expert_intermediate=c.int("intermediate_size"), name="block_sparse_moe",
+              expert_names=("w1", "w3", "w2"))  # fmt: skip
+    # the bias stays the head's own even when its weight is tied
+    bias_of_head = (Tensor("lm_head.bias", "lm_head", "bias", (vocab,)),) if c.bool("lm_head_bias") else ()
+    return decoder(c, meta, parts=lambda i: (attn, moe), rotary_dim=attn.head_dim, norm_bias=True,
+                   head_extra=bias_of_head)  # fmt: skip

@@ -1,13 +1,15 @@
 """Qwen2 and Qwen2-MoE: q/k/v biases (no o bias); sliding-window layers from `max_window_layers` on when
-`use_sliding_window`; Qwen2-MoE adds a shared expert behind a 1-wide sigmoid gate."""
+`use_sliding_window`; Qwen2-MoE adds a shared expert behind a 1-wide sigmoid gate. Home of the sliding-window and
+MoE-layer rules the other Qwen families share."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from launcher.arch.common import Meta, attention, build, embed_head, heads, layer_types, tied
+from launcher.arch.common import Meta, attention, decoder, heads, layer_types
 from launcher.arch.config import Cfg
-from launcher.arch.layers import MLP, DenseMLP, Layer, MoE, norms, shared_experts
+from launcher.arch.layers import MLP, DenseMLP, Mixer, MoE, shared_experts
 from launcher.arch.model import Model
 
 MODEL_TYPES = ("qwen2", "qwen2_moe")
@@ -26,27 +28,40 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 
-def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
-    n, kv, d = heads(c)
-    num_layers = c.int("num_hidden_layers")
+def sliding_kinds(c: Cfg, num_layers: int, slides: Callable[[int, int], bool] = lambda i, mwl: i >= mwl,
+                  ) -> tuple[int | None, list[str]]:  # fmt: skip
+    """The window (none unless `use_sliding_window`) and each layer's kind: `layer_types`, else sliding where
+    slides(i, max_window_layers) (by default from max_window_layers on)."""
     window = c.opt_int("sliding_window") if c.bool("use_sliding_window") else None
     mwl = c.int0("max_window_layers")
-    if meta.model_type == "qwen2_moe":
-        kinds = layer_types(c, num_layers, lambda i: "sliding_attention" if window and (i + 1) % 2 and i < mwl
-                            else "full_attention")  # fmt: skip
-    else:
-        kinds = layer_types(c, num_layers, lambda i: "sliding_attention" if window and i >= mwl else "full_attention")
+    kinds = layer_types(c, num_layers, lambda i: "sliding_attention" if window and slides(i, mwl) else "full_attention")
     # Without a window (use_sliding_window false) a "sliding" layer attends to everything.
-    kinds = [k if window else "full_attention" for k in kinds]
+    return window, [k if window else "full_attention" for k in kinds]
+
+
+def moe_layers(c: Cfg, num_layers: int) -> set[int]:
+    """The layers with a MoE: every decoder_sparse_step-th ((i + 1) a multiple of it), except mlp_only_layers."""
+    only = set(c.int_list("mlp_only_layers") or [])
+    step = c.int("decoder_sparse_step")
+    return {i for i in range(num_layers) if i not in only and (i + 1) % step == 0}
+
+
+def read(c: Cfg, meta: Meta) -> Model:
+    hidden, inter = c.int("hidden_size"), c.int("intermediate_size")
+    n, kv, d = heads(c)
+    num_layers = c.int("num_hidden_layers")
+    if meta.model_type == "qwen2_moe":
+        # Qwen2-MoE slides on the even layers below max_window_layers.
+        window, kinds = sliding_kinds(c, num_layers, lambda i, mwl: bool((i + 1) % 2) and i < mwl)
+    else:
+        window, kinds = sliding_kinds(c, num_layers)
     bias = c.bool("qkv_bias", True)
-    is_tied = tied(c, meta)
+    attn = {k: attention(k, window=window, c=c, hidden=hidden, heads=n, kv_heads=kv, head_dim=d, qkv_bias=bias)
+            for k in set(kinds)}  # fmt: skip
     moe: MoE | None = None
     sparse: set[int] = set()
     if meta.model_type == "qwen2_moe" and c.int0("num_experts") > 0:
-        step = c.int("decoder_sparse_step")
-        only = set(c.int_list("mlp_only_layers") or [])
-        sparse = {i for i in range(num_layers) if i not in only and (i + 1) % step == 0}
+        sparse = moe_layers(c, num_layers)
         shared_inter = c.int0("shared_expert_intermediate_size")
         moe = MoE(
             hidden=hidden, num_experts=c.int("num_experts"), experts_per_token=c.int("num_experts_per_tok"),
@@ -55,21 +70,8 @@ def read(c: Cfg, meta: Meta) -> Model:
             shared_gate=bool(shared_inter),
         )  # fmt: skip
     dense = DenseMLP(hidden=hidden, inter=inter, detail="dense_first" if moe else "dense")
-    layers = []
-    for i in range(num_layers):
-        mlp: MLP = moe if moe is not None and i in sparse else dense
-        layers.append(
-            Layer(
-                prefix=f"model.layers.{i}",
-                norms=norms(hidden, "input_layernorm", "post_attention_layernorm"),
-                mixers=(
-                    attention(
-                        kinds[i], window=window, c=c, hidden=hidden, heads=n, kv_heads=kv, head_dim=d, qkv_bias=bias
-                    ),
-                ),
-                mlps=(mlp,),
-            )
-        )
-    embeddings, head = embed_head(vocab, hidden, is_tied)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=d)  # fmt: skip
+
+    def parts(i: int) -> tuple[Mixer, MLP]:
+        return attn[kinds[i]], moe if moe is not None and i in sparse else dense
+
+    return decoder(c, meta, parts=parts, rotary_dim=d)

@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from launcher.arch.common import Meta, attention, build, embed_head, layer_types, text_config
+from launcher.arch.common import Meta, attention, decoder, text_config
 from launcher.arch.config import Cfg
-from launcher.arch.layers import DenseMLP, Layer, norms
+from launcher.arch.families.qwen2 import sliding_kinds
+from launcher.arch.layers import DenseMLP
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, linear, norm
 from launcher.arch.towers import Tower
@@ -42,10 +43,32 @@ VISION_DEFAULTS: dict[str, Any] = dict(
 MAX_PIXELS = 12845056
 
 
+def vit_block(q: str, hidden: int, inter: int, *, norm_bias: bool, mlp: tuple[str, ...]) -> list[Tensor]:
+    """One block of the Qwen ViTs (shared with Qwen3-VL's): two norms, a fused qkv and proj, and the MLP's
+    projections `mlp` (the ones out of the hidden size, then the one back), every linear biased."""
+    ts = norm(f"{q}.norm1", hidden, None, part="vision", bias=norm_bias)
+    ts += norm(f"{q}.norm2", hidden, None, part="vision", bias=norm_bias)
+    ts += linear(f"{q}.attn.qkv", "vision", 3 * hidden, hidden, None, bias=True)  # q, k and v in one matrix
+    ts += linear(f"{q}.attn.proj", "vision", hidden, hidden, None, bias=True)
+    for name in mlp[:-1]:
+        ts += linear(f"{q}.mlp.{name}", "vision", inter, hidden, None, bias=True)
+    ts += linear(f"{q}.mlp.{mlp[-1]}", "vision", hidden, inter, None, bias=True)
+    return ts
+
+
+def vit_geometry(v: Cfg) -> dict[str, Any]:
+    """The fields of Qwen25Vision (and of Qwen3-VL's QwenVision) from a vision_config."""
+    return dict(hidden=v.int("hidden_size"), intermediate=v.int("intermediate_size"), depth=v.int("depth"),
+                in_channels=v.int("in_channels"), patch_size=v.int("patch_size"),
+                temporal_patch_size=v.int("temporal_patch_size"), merge=v.int("spatial_merge_size"),
+                out_hidden=v.int("out_hidden_size"))  # fmt: skip
+
+
 @dataclass(frozen=True, kw_only=True)
 class Qwen25Vision(Tower):
     """The Qwen2.5-VL ViT: a bias-free patch conv over (time, h, w), RMSNorm blocks with a fused biased qkv and a
-    biased SwiGLU MLP, and the merger (RMSNorm, then merge² patches through two linears into the text width)."""
+    biased SwiGLU MLP, and the merger (RMSNorm, then merge² patches through two linears into the text width).
+    Its geometry fields are Qwen3-VL's too (QwenVision extends it)."""
 
     hidden: int
     intermediate: int
@@ -53,7 +76,7 @@ class Qwen25Vision(Tower):
     in_channels: int
     patch_size: int
     temporal_patch_size: int
-    merge: int
+    merge: int  # spatial_merge_size: merge × merge patches become one text token
     out_hidden: int
     max_pixels: int = MAX_PIXELS
     prefix: str = "visual"
@@ -67,14 +90,7 @@ class Qwen25Vision(Tower):
         k = (self.temporal_patch_size, self.patch_size, self.patch_size)
         ts = [Tensor(f"{p}.patch_embed.proj.weight", "vision", "conv", (hv, self.in_channels, *k))]
         for i in range(self.depth):
-            q = f"{p}.blocks.{i}"
-            ts += norm(f"{q}.norm1", hv, None, part="vision")
-            ts += norm(f"{q}.norm2", hv, None, part="vision")
-            ts += linear(f"{q}.attn.qkv", "vision", 3 * hv, hv, None, bias=True)  # q, k and v in one matrix
-            ts += linear(f"{q}.attn.proj", "vision", hv, hv, None, bias=True)
-            ts += linear(f"{q}.mlp.gate_proj", "vision", iv, hv, None, bias=True)
-            ts += linear(f"{q}.mlp.up_proj", "vision", iv, hv, None, bias=True)
-            ts += linear(f"{q}.mlp.down_proj", "vision", hv, iv, None, bias=True)
+            ts += vit_block(f"{p}.blocks.{i}", hv, iv, norm_bias=False, mlp=("gate_proj", "up_proj", "down_proj"))
         hm = hv * self.merge * self.merge  # merge² neighbouring patches concatenated
         ts += norm(f"{p}.merger.ln_q", hv, None, part="vision")
         ts += linear(f"{p}.merger.mlp.0", "vision", hm, hm, None, bias=True)
@@ -95,52 +111,17 @@ def read(c: Cfg, meta: Meta) -> Model:
         c = Cfg(top.raw, DEFAULTS["qwen2_5_vl_text"], source=top.source, used=top.used)
         meta = replace(meta, model_type="qwen2_5_vl_text", wrapper_type=meta.model_type)
         is_tied = top.bool("tie_word_embeddings")
-    v = top.sub("vision_config", VISION_DEFAULTS)
-    tower = Qwen25Vision(
-        hidden=v.int("hidden_size"),
-        intermediate=v.int("intermediate_size"),
-        depth=v.int("depth"),
-        in_channels=v.int("in_channels"),
-        patch_size=v.int("patch_size"),
-        temporal_patch_size=v.int("temporal_patch_size"),
-        merge=v.int("spatial_merge_size"),
-        out_hidden=v.int("out_hidden_size"),
-    )
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
+    tower = Qwen25Vision(**vit_geometry(top.sub("vision_config", VISION_DEFAULTS)))
+    hidden = c.int("hidden_size")
     n = c.int("num_attention_heads")
     kv = c.opt_int("num_key_value_heads") or n
     c.heads_divide(n, kv)
     if hidden % n:  # head_dim is always hidden / heads here, and transformers refuses a remainder
         raise c.error(f"hidden_size {hidden} is not a multiple of num_attention_heads {n}", "num_attention_heads")
     d = hidden // n
-    num_layers = c.int("num_hidden_layers")
     # transformers drops the window unless use_sliding_window; without one a "sliding" layer sees everything
-    window: int | None = c.opt_int("sliding_window") if c.bool("use_sliding_window") else None
-    mwl = c.int0("max_window_layers")
-    kinds = layer_types(c, num_layers, lambda i: "sliding_attention" if window and i >= mwl else "full_attention")
-    kinds = [k if window else "full_attention" for k in kinds]
-    base = "model"
-    layers = [
-        Layer(
-            prefix=f"{base}.layers.{i}",
-            norms=norms(hidden, "input_layernorm", "post_attention_layernorm"),
-            mixers=(
-                attention(kinds[i], window=window, c=c, hidden=hidden, heads=n, kv_heads=kv, head_dim=d, qkv_bias=True),
-            ),
-            mlps=(DenseMLP(hidden=hidden, inter=inter),),
-        )
-        for i in range(num_layers)
-    ]
-    embeddings, head = embed_head(vocab, hidden, is_tied, embed=f"{base}.embed_tokens", final_norm=f"{base}.norm")
-    return build(
-        c,
-        meta,
-        vocab=vocab,
-        hidden=hidden,
-        layers=layers,
-        is_tied=is_tied,
-        embeddings=embeddings,
-        head=head,
-        rotary_dim=d,
-        towers=(tower,),
-    )
+    window, kinds = sliding_kinds(c, c.int("num_hidden_layers"))
+    attn = {k: attention(k, window=window, c=c, hidden=hidden, heads=n, kv_heads=kv, head_dim=d, qkv_bias=True)
+            for k in set(kinds)}  # fmt: skip
+    mlp = DenseMLP(hidden=hidden, inter=c.int("intermediate_size"))
+    return decoder(c, meta, parts=lambda i: (attn[kinds[i]], mlp), rotary_dim=d, is_tied=is_tied, towers=(tower,))

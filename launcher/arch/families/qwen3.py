@@ -1,13 +1,15 @@
 """Qwen3 and Qwen3-MoE: Qwen2's layout with per-head q/k RMSNorm and no q/k/v bias; Qwen3-MoE's experts have
-no shared expert."""
+no shared expert (`qwen3_mlps`, also Qwen3-VL's)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, attention, build, embed_head, heads, layer_types, tied
+from launcher.arch.common import Meta, decoder
 from launcher.arch.config import Cfg
-from launcher.arch.layers import MLP, DenseMLP, Layer, MoE, norms
+from launcher.arch.families.llama import llama_attention
+from launcher.arch.families.qwen2 import moe_layers, sliding_kinds
+from launcher.arch.layers import MLP, DenseMLP, MoE
 from launcher.arch.model import Model
 
 MODEL_TYPES = ("qwen3", "qwen3_moe")
@@ -30,49 +32,23 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 ATTRIBUTE_MAP: dict[str, dict[str, str]] = {"qwen3_moe": {"num_experts": "num_local_experts"}}
 
 
-def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
-    n, kv, d = heads(c)
-    num_layers = c.int("num_hidden_layers")
-    window = c.opt_int("sliding_window") if c.bool("use_sliding_window") else None
-    mwl = c.int0("max_window_layers")
-    kinds = layer_types(c, num_layers, lambda i: "sliding_attention" if window and i >= mwl else "full_attention")
-    kinds = [k if window else "full_attention" for k in kinds]  # no window: "sliding" layers see everything
-    bias = c.bool("attention_bias")
-    is_tied = tied(c, meta)
-    moe: MoE | None = None
+def qwen3_mlps(c: Cfg, hidden: int, num_layers: int, *, moe: bool) -> list[MLP]:
+    """Each layer's MLP: with experts (the MoE models), a MoE of routed experts only (no shared expert) on the
+    decoder_sparse_step layers and the dense MLP elsewhere; else the dense MLP everywhere."""
     sparse: set[int] = set()
-    if meta.model_type == "qwen3_moe" and c.int0("num_experts") > 0:
-        step = c.int("decoder_sparse_step")
-        only = set(c.int_list("mlp_only_layers") or [])
-        sparse = {i for i in range(num_layers) if i not in only and (i + 1) % step == 0}
-        moe = MoE(hidden=hidden, num_experts=c.int("num_experts"), experts_per_token=c.int("num_experts_per_tok"),
-                  expert_intermediate=c.int("moe_intermediate_size"))  # fmt: skip
-    dense = DenseMLP(hidden=hidden, inter=inter, detail="dense_first" if moe else "dense")
-    layers = []
-    for i in range(num_layers):
-        mlp: MLP = moe if moe is not None and i in sparse else dense
-        layers.append(
-            Layer(
-                prefix=f"model.layers.{i}",
-                norms=norms(hidden, "input_layernorm", "post_attention_layernorm"),
-                mixers=(
-                    attention(
-                        kinds[i],
-                        window=window,
-                        c=c,
-                        hidden=hidden,
-                        heads=n,
-                        kv_heads=kv,
-                        head_dim=d,
-                        qkv_bias=bias,
-                        o_bias=bias,
-                        qk_norm="head",
-                    ),
-                ),
-                mlps=(mlp,),
-            )
-        )
-    embeddings, head = embed_head(vocab, hidden, is_tied)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=d)  # fmt: skip
+    experts: MoE | None = None
+    if moe and c.int0("num_experts") > 0:
+        sparse = moe_layers(c, num_layers)
+        experts = MoE(hidden=hidden, num_experts=c.int("num_experts"), experts_per_token=c.int("num_experts_per_tok"),
+                      expert_intermediate=c.int("moe_intermediate_size"))  # fmt: skip
+    dense = DenseMLP(hidden=hidden, inter=c.int("intermediate_size"), detail="dense_first" if experts else "dense")
+    return [experts if experts is not None and i in sparse else dense for i in range(num_layers)]
+
+
+def read(c: Cfg, meta: Meta) -> Model:
+    hidden = c.int("hidden_size")
+    num_layers = c.int("num_hidden_layers")
+    window, kinds = sliding_kinds(c, num_layers)
+    attn = {k: llama_attention(c, hidden, k, window, qk_norm="head") for k in set(kinds)}
+    mlps = qwen3_mlps(c, hidden, num_layers, moe=meta.model_type == "qwen3_moe")
+    return decoder(c, meta, parts=lambda i: (attn[kinds[i]], mlps[i]), rotary_dim=attn[kinds[0]].head_dim)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, build, embed_head, text_config, tied
+from launcher.arch.common import Meta, decoder, text_config, tied
 from launcher.arch.config import Cfg
 from launcher.arch.families.qwen3_next import (
     LAYER_NORMS,
@@ -21,7 +21,7 @@ from launcher.arch.families.qwen3_next import (
     sparse_moe,
 )
 from launcher.arch.families.qwen3_vl import VISION_DEFAULTS, vision, wrapper_tied
-from launcher.arch.layers import MLP, DenseMLP, Layer, norms
+from launcher.arch.layers import MLP, DenseMLP, norms
 from launcher.arch.model import Model
 from launcher.arch.towers import Tower
 
@@ -65,7 +65,7 @@ def read(c: Cfg, meta: Meta) -> Model:
         base = "model.language_model"
     else:
         is_tied = tied(c, meta)
-    vocab, hidden = c.int("vocab_size"), c.int("hidden_size")
+    hidden = c.int("hidden_size")
     num_layers = c.int("num_hidden_layers")
     kinds = hybrid_kinds(c, num_layers)
     attn = gated_attention(c, hidden)
@@ -75,26 +75,8 @@ def read(c: Cfg, meta: Meta) -> Model:
         mlp = sparse_moe(c, hidden)
     else:
         mlp = DenseMLP(hidden=hidden, inter=c.int("intermediate_size"))
-    layers = [
-        Layer(
-            prefix=f"{base}.layers.{i}",
-            norms=norms(hidden, *LAYER_NORMS),
-            mixers=(gdn if kinds[i] == "linear_attention" else attn,),
-            mlps=(mlp,),
-        )
-        for i in range(num_layers)
-    ]
-    embeddings, head = embed_head(vocab, hidden, is_tied, embed=f"{base}.embed_tokens", final_norm=f"{base}.norm")
-    return build(
-        c,
-        meta,
-        vocab=vocab,
-        hidden=hidden,
-        layers=layers,
-        is_tied=is_tied,
-        embeddings=embeddings,
-        head=head,
-        rotary_dim=rotary_dim(c, attn.head_dim),
-        towers=towers,
-        mtp_layers=mtp_block(c, attn, lambda j: mlp, mtp_tensors(hidden), layer_norms=norms(hidden, *LAYER_NORMS)),
-    )
+    mtp = mtp_block(c, attn, lambda j: mlp, mtp_tensors(hidden), layer_norms=norms(hidden, *LAYER_NORMS))
+    return decoder(c, meta, parts=lambda i: (gdn if kinds[i] == "linear_attention" else attn, mlp),
+                   rotary_dim=rotary_dim(c, attn.head_dim), layer_norms=LAYER_NORMS, prefix=f"{base}.layers",
+                   is_tied=is_tied, embed=f"{base}.embed_tokens", final_norm=f"{base}.norm", towers=towers,
+                   mtp_layers=mtp)  # fmt: skip

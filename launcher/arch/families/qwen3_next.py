@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from launcher.arch.common import Meta, build, embed_head, heads, layer_types, tied
+from launcher.arch.common import Meta, decoder, heads, layer_types
 from launcher.arch.config import Cfg
 from launcher.arch.layers import MLP, Attention, DenseMLP, GatedDeltaNet, Layer, Mixer, MoE, Norm, norms, shared_experts
 from launcher.arch.model import Model
@@ -151,7 +151,7 @@ def mtp_block(
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden = c.int("vocab_size"), c.int("hidden_size")
+    hidden = c.int("hidden_size")
     num_layers = c.int("num_hidden_layers")
     kinds = hybrid_kinds(c, num_layers)
     attn = gated_attention(c, hidden)
@@ -167,26 +167,6 @@ def read(c: Cfg, meta: Meta) -> Model:
             return moe
         return DenseMLP(hidden=hidden, inter=c.int("intermediate_size"), detail="dense_first" if moe else "dense")
 
-    layers = [
-        Layer(
-            prefix=f"model.layers.{i}",
-            norms=norms(hidden, *LAYER_NORMS),
-            mixers=(gdn if kinds[i] == "linear_attention" else attn,),
-            mlps=(mlp(i),),
-        )
-        for i in range(num_layers)
-    ]
-    is_tied = tied(c, meta)
-    embeddings, head = embed_head(vocab, hidden, is_tied)
-    return build(
-        c,
-        meta,
-        vocab=vocab,
-        hidden=hidden,
-        layers=layers,
-        is_tied=is_tied,
-        embeddings=embeddings,
-        head=head,
-        rotary_dim=rotary_dim(c, attn.head_dim),
-        mtp_layers=mtp_block(c, attn, mlp, mtp_tensors(hidden), layer_norms=norms(hidden, *LAYER_NORMS)),
-    )
+    mtp = mtp_block(c, attn, mlp, mtp_tensors(hidden), layer_norms=norms(hidden, *LAYER_NORMS))
+    return decoder(c, meta, parts=lambda i: (gdn if kinds[i] == "linear_attention" else attn, mlp(i)),
+                   rotary_dim=rotary_dim(c, attn.head_dim), layer_norms=LAYER_NORMS, mtp_layers=mtp)  # fmt: skip

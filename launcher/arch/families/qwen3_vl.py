@@ -13,12 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from launcher.arch.common import Meta, build, embed_head, heads, text_config
+from launcher.arch.common import Meta, decoder, text_config
 from launcher.arch.config import Cfg
-from launcher.arch.layers import MLP, Attention, DenseMLP, Layer, MoE, norms
+from launcher.arch.families.llama import llama_attention
+from launcher.arch.families.qwen2_5_vl import Qwen25Vision, vit_block, vit_geometry
+from launcher.arch.families.qwen3 import qwen3_mlps
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, linear, norm, param
-from launcher.arch.towers import Tower
 
 MODEL_TYPES = ("qwen3_vl", "qwen3_vl_moe")
 
@@ -57,26 +58,15 @@ MAX_PIXELS = 16777216
 
 
 @dataclass(frozen=True, kw_only=True)
-class QwenVision(Tower):
-    """The Qwen3-VL ViT (and Qwen3.5's, Qwen4-Exp's): patch conv over (time, h, w), learned positions, LayerNorm
-    blocks with a fused qkv, a 2×2 merger into the text width, and `deepstack` extra mergers."""
+class QwenVision(Qwen25Vision):
+    """The Qwen3-VL ViT (and Qwen3.5's, Qwen4-Exp's): Qwen2.5-VL's geometry with a biased patch conv, learned
+    positions, LayerNorm blocks with a fused qkv and a plain MLP, a 2×2 merger into the text width, and
+    `deepstack` extra mergers."""
 
-    hidden: int
-    intermediate: int
-    depth: int
-    in_channels: int
-    patch_size: int
-    temporal_patch_size: int
-    merge: int  # spatial_merge_size: merge × merge patches become one text token
-    out_hidden: int
     num_positions: int
     deepstack: int
     max_pixels: int = MAX_PIXELS
     prefix: str = "model.visual"
-
-    @property
-    def patches_per_item(self) -> int:
-        return self.max_pixels // (self.patch_size * self.patch_size)
 
     def merger(self, p: str, *, postshuffle: bool) -> list[Tensor]:
         # merge² neighbouring patches concatenated; deepstack mergers normalise after that concatenation.
@@ -96,13 +86,7 @@ class QwenVision(Tower):
             *param(f"{p}.pos_embed.weight", "vision", (self.num_positions, hv), None, role="position"),
         ]
         for i in range(self.depth):
-            q = f"{p}.blocks.{i}"
-            ts += norm(f"{q}.norm1", hv, None, part="vision", bias=True)
-            ts += norm(f"{q}.norm2", hv, None, part="vision", bias=True)
-            ts += linear(f"{q}.attn.qkv", "vision", 3 * hv, hv, None, bias=True)  # q, k and v in one matrix
-            ts += linear(f"{q}.attn.proj", "vision", hv, hv, None, bias=True)
-            ts += linear(f"{q}.mlp.linear_fc1", "vision", iv, hv, None, bias=True)
-            ts += linear(f"{q}.mlp.linear_fc2", "vision", hv, iv, None, bias=True)
+            ts += vit_block(f"{p}.blocks.{i}", hv, iv, norm_bias=True, mlp=("linear_fc1", "linear_fc2"))
         ts += self.merger(f"{p}.merger", postshuffle=False)
         for j in range(self.deepstack):
             ts += self.merger(f"{p}.deepstack_merger_list.{j}", postshuffle=True)
@@ -112,18 +96,8 @@ class QwenVision(Tower):
 def vision(top: Cfg, defaults: dict[str, Any], *, deepstack: bool) -> QwenVision:
     """The wrapper's vision tower (transformers builds the class-default one when vision_config is absent)."""
     v = top.sub("vision_config", defaults)
-    return QwenVision(
-        hidden=v.int("hidden_size"),
-        intermediate=v.int("intermediate_size"),
-        depth=v.int("depth"),
-        in_channels=v.int("in_channels"),
-        patch_size=v.int("patch_size"),
-        temporal_patch_size=v.int("temporal_patch_size"),
-        merge=v.int("spatial_merge_size"),
-        out_hidden=v.int("out_hidden_size"),
-        num_positions=v.int("num_position_embeddings"),
-        deepstack=len(v.int_list("deepstack_visual_indexes") or []) if deepstack else 0,
-    )
+    return QwenVision(**vit_geometry(v), num_positions=v.int("num_position_embeddings"),
+                      deepstack=len(v.int_list("deepstack_visual_indexes") or []) if deepstack else 0)  # fmt: skip
 
 
 def wrapper_tied(top: Cfg, text: Cfg) -> bool:
@@ -142,47 +116,10 @@ def read(c: Cfg, meta: Meta) -> Model:
     top = c
     c, meta = text_config(top, meta, text_type, DEFAULTS[text_type], aliases=TEXT_ATTRIBUTE_MAP if is_moe else None)
     tower = vision(top, VISION_DEFAULTS, deepstack=True)
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
-    n, kv, d = heads(c)
-    num_layers = c.int("num_hidden_layers")
-    bias = c.bool("attention_bias")
-    attn = Attention(hidden=hidden, heads=n, kv_heads=kv, head_dim=d, qkv_bias=bias, o_bias=bias, qk_norm="head")
-    moe: MoE | None = None
-    sparse: set[int] = set()
-    if is_moe and c.int0("num_experts") > 0:
-        step = c.int("decoder_sparse_step")
-        only: set[int] = set(c.int_list("mlp_only_layers") or [])
-        sparse = {i for i in range(num_layers) if i not in only and (i + 1) % step == 0}
-        moe = MoE(
-            hidden=hidden,
-            num_experts=c.int("num_experts"),
-            experts_per_token=c.int("num_experts_per_tok"),
-            expert_intermediate=c.int("moe_intermediate_size"),
-        )
-    dense = DenseMLP(hidden=hidden, inter=inter, detail="dense_first" if moe else "dense")
+    hidden = c.int("hidden_size")
+    attn = llama_attention(c, hidden, qk_norm="head")
+    mlps = qwen3_mlps(c, hidden, c.int("num_hidden_layers"), moe=is_moe)
     base = "model.language_model"
-    layers = []
-    for i in range(num_layers):
-        mlp: MLP = moe if moe is not None and i in sparse else dense
-        layers.append(
-            Layer(
-                prefix=f"{base}.layers.{i}",
-                norms=norms(hidden, "input_layernorm", "post_attention_layernorm"),
-                mixers=(attn,),
-                mlps=(mlp,),
-            )
-        )
-    is_tied = wrapper_tied(top, c)
-    embeddings, head = embed_head(vocab, hidden, is_tied, embed=f"{base}.embed_tokens", final_norm=f"{base}.norm")
-    return build(
-        c,
-        meta,
-        vocab=vocab,
-        hidden=hidden,
-        layers=layers,
-        is_tied=is_tied,
-        embeddings=embeddings,
-        head=head,
-        rotary_dim=d,
-        towers=(tower,),
-    )
+    return decoder(c, meta, parts=lambda i: (attn, mlps[i]), rotary_dim=attn.head_dim, prefix=f"{base}.layers",
+                   is_tied=wrapper_tied(top, c), embed=f"{base}.embed_tokens", final_norm=f"{base}.norm",
+                   towers=(tower,))  # fmt: skip

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, build, embed_head, heads, tied
+from launcher.arch.common import Meta, decoder, heads
 from launcher.arch.config import Cfg
-from launcher.arch.layers import Attention, DenseMLP, Layer, norms
+from launcher.arch.layers import Attention, DenseMLP
 from launcher.arch.model import Model
 
 MODEL_TYPES = ("seed_oss",)
@@ -20,19 +20,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
+    hidden = c.int("hidden_size")
     n, kv, d = heads(c)
-    qkv_bias, o_bias, mlp_bias = c.bool("attention_bias"), c.bool("attention_out_bias"), c.bool("mlp_bias")
-    is_tied = tied(c, meta)
-    layers = [
-        Layer(
-            prefix=f"model.layers.{i}",
-            norms=norms(hidden, "input_layernorm", "post_attention_layernorm"),
-            mixers=(Attention(hidden=hidden, heads=n, kv_heads=kv, head_dim=d, qkv_bias=qkv_bias, o_bias=o_bias),),
-            mlps=(DenseMLP(hidden=hidden, inter=inter, bias=mlp_bias),),
-        )
-        for i in range(c.int("num_hidden_layers"))
-    ]
-    embeddings, head = embed_head(vocab, hidden, is_tied)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=d)  # fmt: skip
+    qkv_bias, o_bias = c.bool("attention_bias"), c.bool("attention_out_bias")
+    attn = Attention(hidden=hidden, heads=n, kv_heads=kv, head_dim=d, qkv_bias=qkv_bias, o_bias=o_bias)
+    mlp = DenseMLP(hidden=hidden, inter=c.int("intermediate_size"), bias=c.bool("mlp_bias"))
+    return decoder(c, meta, parts=lambda i: (attn, mlp), rotary_dim=d)

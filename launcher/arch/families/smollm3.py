@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, attention, build, embed_head, heads, layer_types, tied
+from launcher.arch.common import Meta, decoder, layer_types
 from launcher.arch.config import Cfg
-from launcher.arch.layers import DenseMLP, Layer, norms
+from launcher.arch.families.llama import llama_attention
+from launcher.arch.layers import DenseMLP
 from launcher.arch.model import Model
 
 MODEL_TYPES = ("smollm3",)
@@ -22,8 +23,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
-    n, kv, d = heads(c)
+    hidden = c.int("hidden_size")
     num_layers = c.int("num_hidden_layers")
     window = c.opt_int("sliding_window") if c.bool("use_sliding_window") else None
     interval = c.int("no_rope_layer_interval")
@@ -33,29 +33,6 @@ def read(c: Cfg, meta: Meta) -> Model:
         raise c.error(f"has {len(rope)} entries for {num_layers} layers", "no_rope_layers")
     kinds = layer_types(c, num_layers, lambda i: "sliding_attention" if window and not rope[i] else "full_attention")
     kinds = [k if window else "full_attention" for k in kinds]  # without use_sliding_window every layer is full
-    bias, mlp_bias = c.bool("attention_bias"), c.bool("mlp_bias")
-    is_tied = tied(c, meta)
-    layers = [
-        Layer(
-            prefix=f"model.layers.{i}",
-            norms=norms(hidden, "input_layernorm", "post_attention_layernorm"),
-            mixers=(
-                attention(
-                    kinds[i],
-                    window=window,
-                    c=c,
-                    hidden=hidden,
-                    heads=n,
-                    kv_heads=kv,
-                    head_dim=d,
-                    qkv_bias=bias,
-                    o_bias=bias,
-                ),
-            ),
-            mlps=(DenseMLP(hidden=hidden, inter=inter, bias=mlp_bias),),
-        )
-        for i in range(num_layers)
-    ]
-    embeddings, head = embed_head(vocab, hidden, is_tied)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=d)  # fmt: skip
+    attn = {k: llama_attention(c, hidden, k, window) for k in set(kinds)}
+    mlp = DenseMLP(hidden=hidden, inter=c.int("intermediate_size"), bias=c.bool("mlp_bias"))
+    return decoder(c, meta, parts=lambda i: (attn[kinds[i]], mlp), rotary_dim=attn[kinds[0]].head_dim)

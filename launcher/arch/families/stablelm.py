@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, build, embed_head, tied
+from launcher.arch.common import Meta, decoder
 from launcher.arch.config import Cfg
 from launcher.arch.families.gpt_neox import partial_rotary
-from launcher.arch.layers import Attention, DenseMLP, Layer, norms
+from launcher.arch.layers import Attention, DenseMLP
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor
 
@@ -35,7 +35,7 @@ def per_head_norms(name: str, heads: int, head_dim: int) -> list[Tensor]:
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
+    hidden = c.int("hidden_size")
     n = c.int("num_attention_heads")
     kv = c.int("num_key_value_heads")
     c.heads_divide(n, kv)
@@ -48,14 +48,7 @@ def read(c: Cfg, meta: Meta) -> Model:
     # A parallel residual feeds attention and MLP from the one input norm.
     names = ("input_layernorm",) if c.bool("use_parallel_residual") else ("input_layernorm", "post_attention_layernorm")
     qkv_bias = c.bool("use_qkv_bias")
-    is_tied = tied(c, meta)
     attn = Attention(hidden=hidden, heads=n, kv_heads=kv, head_dim=d, qkv_bias=qkv_bias, extra=qk)
-    mlp = DenseMLP(hidden=hidden, inter=inter)
-    ln = norms(hidden, *names, bias=True)
-    layers = [
-        Layer(prefix=f"model.layers.{i}", norms=ln, mixers=(attn,), mlps=(mlp,))
-        for i in range(c.int("num_hidden_layers"))
-    ]
-    embeddings, head = embed_head(vocab, hidden, is_tied, norm_bias=True)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=partial_rotary(c, d, "partial_rotary_factor"))  # fmt: skip
+    mlp = DenseMLP(hidden=hidden, inter=c.int("intermediate_size"))
+    return decoder(c, meta, parts=lambda i: (attn, mlp), rotary_dim=partial_rotary(c, d, "partial_rotary_factor"),
+                   layer_norms=names, norm_bias=True)  # fmt: skip

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.arch.common import Meta, attention, build, embed_head, heads, layer_types, tied
+from launcher.arch.common import Meta, decoder
 from launcher.arch.config import Cfg
-from launcher.arch.layers import DenseMLP, Layer, norms
+from launcher.arch.families.gemma2 import alternating_attention
+from launcher.arch.layers import DenseMLP
 from launcher.arch.model import Model
 
 MODEL_TYPES = ("vaultgemma",)
@@ -20,28 +21,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 def read(c: Cfg, meta: Meta) -> Model:
-    vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
-    n, kv, d = heads(c)
-    num_layers = c.int("num_hidden_layers")
-    # transformers' default: even layers (0, 2, ...) slide, odd layers attend globally.
-    kinds = layer_types(c, num_layers, lambda i: "sliding_attention" if (i + 1) % 2 else "full_attention")
-    window = c.opt_int("sliding_window")
-    bias = c.bool("attention_bias")
-    is_tied = tied(c, meta)
-    mixers = [
-        attention(kind, window=window, c=c, hidden=hidden, heads=n, kv_heads=kv, head_dim=d, qkv_bias=bias,
-                  o_bias=bias)
-        for kind in kinds
-    ]  # fmt: skip
-    layers = [
-        Layer(
-            prefix=f"model.layers.{i}",
-            norms=norms(hidden, "input_layernorm", "pre_feedforward_layernorm"),
-            mixers=(mixer,),
-            mlps=(DenseMLP(hidden=hidden, inter=inter),),
-        )
-        for i, mixer in enumerate(mixers)
-    ]
-    embeddings, head = embed_head(vocab, hidden, is_tied)
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
-                 head=head, rotary_dim=d)  # fmt: skip
+    hidden = c.int("hidden_size")
+    kinds, attn = alternating_attention(c, hidden)
+    mlp = DenseMLP(hidden=hidden, inter=c.int("intermediate_size"))
+    return decoder(c, meta, parts=lambda i: (attn[kinds[i]], mlp), rotary_dim=attn[kinds[0]].head_dim,
+                   layer_norms=("input_layernorm", "pre_feedforward_layernorm"))  # fmt: skip
