@@ -104,35 +104,22 @@ class KVPerToken:
 
 def mixer_bytes_per_token(mixer: Mixer, kv_cache_dtype: str, model_dtype: str | None, tp: int = 1) -> int:
     """Bytes per token one mixer stores on one rank (0 for state mixers and layers that share another's KV)."""
+    if not isinstance(mixer, Attention | MLAttention):
+        return 0
     elem, scale = kv_element_bytes(kv_cache_dtype, model_dtype)
-    if isinstance(mixer, MLAttention):
-        # One latent of kv_lora_rank plus the shared rope key, replicated on every rank: no ×2, no head split.
-        return mixer.kv_elements_per_token(tp) * elem
-    if isinstance(mixer, Attention):
-        if mixer.shares_kv_with is not None:
-            return 0
-        heads = kv_heads_per_rank(mixer.kv_heads, tp)
-        # A key and a value vector per KV head (only KV heads count: GQA); per-token-head dtypes add a scale each.
-        return heads * (mixer.head_dim + mixer.v_dim) * elem + 2 * heads * scale
-    return 0
-
-
-def layer_bytes_per_token(shape: Model, kv_cache_dtype: str = "auto", tp: int = 1) -> tuple[int, int]:
-    """(bytes per token for the first attention layer on one rank, its KV heads per rank)."""
-    for layer in shape.layers:
-        for m in layer.mixers:
-            b = mixer_bytes_per_token(m, kv_cache_dtype, shape.torch_dtype, tp)
-            if b:
-                heads = 1 if isinstance(m, MLAttention) else kv_heads_per_rank(getattr(m, "kv_heads", 1), tp)
-                return b, heads
-    return 0, 0
+    # The mixer's own elements per token on this rank: K and V per KV head for attention (GQA: only KV heads);
+    # MLA's one latent plus the rope key, replicated on every rank. Per-token-head dtypes add a scale per KV head
+    # for K and for V (MLA's latent has none).
+    scales = 0 if isinstance(mixer, MLAttention) else 2 * kv_heads_per_rank(mixer.kv_heads, tp) * scale
+    elems = mixer.kv_elements_per_token(tp)
+    return elems * elem + scales if elems else 0
 
 
 def kv_per_token(shape: Model, kv_cache_dtype: str = "auto", tp: int = 1) -> KVPerToken:
     if tp < 1:
         raise ConfigError(f"must be ≥ 1, got {tp}", field="tensor_parallel_size")
     elem, _ = kv_element_bytes(kv_cache_dtype, shape.torch_dtype)
-    per_layer, heads = layer_bytes_per_token(shape, kv_cache_dtype, tp)
+    per_layer = heads = 0  # the first attention layer's bytes per token and KV heads per rank
     full = sliding = chunked = 0
     n_full = n_sliding = n_chunked = 0
     window: int | None = None
@@ -141,6 +128,9 @@ def kv_per_token(shape: Model, kv_cache_dtype: str = "auto", tp: int = 1) -> KVP
     for layer in shape.layers:
         for m in layer.mixers:
             b = mixer_bytes_per_token(m, kv_cache_dtype, shape.torch_dtype, tp)
+            if b and not per_layer:
+                per_layer = b
+                heads = kv_heads_per_rank(m.kv_heads, tp) if isinstance(m, Attention) else 1
             if not b:
                 without[m.kind] = without.get(m.kind, 0) + 1
             elif isinstance(m, SlidingWindowAttention):

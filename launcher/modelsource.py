@@ -159,7 +159,7 @@ def _hub_headers(repo_id: str) -> list[Any] | None:
         return None
     if not _hub_reachable():
         return None
-    from launcher.checkpoint import SAFETENSORS_DTYPE_BITS, TensorInfo
+    from launcher.checkpoint import TensorInfo
 
     try:
         meta = get_safetensors_metadata(repo_id)
@@ -168,10 +168,8 @@ def _hub_headers(repo_id: str) -> list[Any] | None:
     out = []
     for f in meta.files_metadata.values():
         for name, t in f.tensors.items():
-            begin, end = t.data_offsets
-            shape = tuple(int(x) for x in t.shape)
-            bits = SAFETENSORS_DTYPE_BITS.get(t.dtype, 0)
-            out.append(TensorInfo(name, t.dtype, shape, end - begin if end >= begin else bits * len(shape) // 8))
+            begin, end = t.data_offsets  # the tensor's bytes in its file, as the header states them
+            out.append(TensorInfo(name, t.dtype, tuple(int(x) for x in t.shape), end - begin))
     return out
 
 

@@ -71,3 +71,23 @@ def test_plan_refuses_cache_kinds_it_does_not_predict() -> None:
     r = CliRunner().invoke(main, ["plan", "--config", str(hybrid), "--machine", "dgx-spark"])
     assert r.exit_code == 2
     assert "linear_attention" in r.stderr and "not predicted" in r.stderr
+
+
+def test_a_tower_goes_only_when_all_its_modalities_are_off() -> None:
+    """vLLM marks Qwen-VL's ViT for image and video, Gemma 4's audio encoder for audio alone."""
+    from launcher.arch import read_config
+    from launcher.planning import loaded_towers
+    from launcher.profiles import profile_from_mapping
+    from tests.arch_oracle import load_config
+
+    def kept(model: str, limits: dict[str, int]) -> list[str]:
+        m = read_config(load_config(model), model)
+        p = profile_from_mapping({"model": "x/y", "limit_mm_per_prompt": limits})
+        return [type(t).__name__ for t in loaded_towers(m, p, (0, 32, 0)).towers]
+
+    assert kept("qwen2_5_vl--default", {"image": 0}) == ["Qwen25Vision"]
+    assert kept("qwen2_5_vl--default", {"image": 0, "video": 0}) == []
+    both = kept("gemma4--shared-kv-towers", {})
+    assert sorted(both) == ["Gemma4Audio", "Gemma4Vision"]
+    assert kept("gemma4--shared-kv-towers", {"audio": 0}) == ["Gemma4Vision"]
+    assert kept("gemma4--shared-kv-towers", {"image": 0, "video": 0}) == ["Gemma4Audio"]

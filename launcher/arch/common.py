@@ -61,8 +61,9 @@ def heads(c: Cfg, *, heads_key: str = "num_attention_heads", kv_key: str = "num_
 
 
 def layer_types(c: Cfg, n: int, default: Callable[[int], str] | None = None, *, key: str = "layer_types",
-                names: Mapping[str, str] | None = None) -> list[str]:  # fmt: skip
-    """The kind of each of n layers: the config's `layer_types` when present, else default(i) (or full)."""
+                names: Mapping[str, str] | None = None, hint: str = "") -> list[str]:  # fmt: skip
+    """The kind of each of n layers: the config's `layer_types` when present, else default(i) (or full).
+    An unknown type is an error naming `layer_types[i]`, with `hint` saying what the reader can do instead."""
     names = LAYER_TYPE_NAMES if names is None else names
     raw = c.list(key)
     if raw:
@@ -70,8 +71,11 @@ def layer_types(c: Cfg, n: int, default: Callable[[int], str] | None = None, *, 
             raise c.error(f"has {len(raw)} entries for {n} layers", key)
         out = []
         for i, t in enumerate(raw[:n]):
-            if t not in names:
-                raise c.error(f"unknown layer type {t!r} at index {i}; known: {', '.join(sorted(set(names)))}", key)
+            if not isinstance(t, str) or t not in names:
+                known = ", ".join(sorted(set(names)))
+                raise c.error(
+                    f"unknown layer type {t!r}; known: {known}" + (f"; {hint}" if hint else ""), f"{key}[{i}]"
+                )
             out.append(names[t])
         return out
     return [default(i) if default else "full_attention" for i in range(n)]

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from launcher.arch.common import LAYER_TYPE_NAMES, Meta, attention, dtype_of, tied
+from launcher.arch.common import Meta, attention, dtype_of, layer_types, tied
 from launcher.arch.config import Cfg
 from launcher.arch.layers import Layer
 from launcher.arch.model import Model
@@ -110,24 +110,10 @@ def read(
     d = c.opt_int("head_dim") or c.opt_int("kv_channels") or hidden // n
     c.heads_divide(n, kv, kv_key)
     window = c.opt_int("sliding_window")
-    raw_types = c.list("layer_types")
-    kinds: list[str] = []
-    if raw_types:
-        for i, t in enumerate(raw_types[:num_layers]):
-            kind = LAYER_TYPE_NAMES.get(str(t))
-            if kind is None:
-                raise ConfigError(
-                    f"layer type {t!r} is not plain attention; vlaunch has no family for {model_type!r} "
-                    f"({architecture}) to read its cache from",
-                    source=source,
-                    field=f"{c.path}layer_types[{i}]",
-                )
-            kinds.append(kind)
-        if len(kinds) < num_layers:
-            raise c.error(f"has {len(kinds)} entries for {num_layers} layers", "layer_types")
-    else:
-        use = c.get("use_sliding_window")
-        kinds = ["sliding_attention" if window and use is not False else "full_attention"] * num_layers
+    # Without layer_types, a window (unless use_sliding_window says no) applies to every layer.
+    plain = "sliding_attention" if window and c.get("use_sliding_window") is not False else "full_attention"
+    hint = f"the generic reader reads attention only; no family reads {model_type!r} ({architecture})"
+    kinds = layer_types(c, num_layers, lambda i: plain, hint=hint)
     chunk = c.opt_int("attention_chunk_size")
     layers = tuple(
         Layer(

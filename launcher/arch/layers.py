@@ -9,6 +9,7 @@ these parts; nothing here branches on a model_type. Pure arithmetic, no I/O.
 from __future__ import annotations
 
 import dataclasses
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -26,12 +27,6 @@ MixerKind = Literal[
     "kv_shared",  # attention that reads another layer's KV cache and stores none of its own (Gemma 3n)
     "compressed_attention",  # attention over a compressed KV (DeepSeek-V4 CSA/HCA)
 ]
-MIXER_KINDS: tuple[MixerKind, ...] = (
-    "full_attention", "sliding_attention", "chunked_attention", "mla", "linear_attention", "mamba", "mamba2",
-    "short_conv", "kv_shared", "compressed_attention",
-)  # fmt: skip
-ATTENTION_KINDS = frozenset({"full_attention", "sliding_attention", "chunked_attention", "mla"})
-STATE_KINDS = frozenset({"linear_attention", "mamba", "mamba2", "short_conv"})
 
 
 _CODES: dict[str, str] = {
@@ -53,14 +48,14 @@ def kv_heads_per_rank(total_kv_heads: int, tp: int) -> int:
 # ============================================================================================ token mixers
 
 
-class Mixer:
+class Mixer(ABC):
     """A token mixer. Subclasses are frozen dataclasses with at least `name` (module name in the layer)."""
 
     name: str
 
     @property
-    def kind(self) -> MixerKind:
-        raise NotImplementedError
+    @abstractmethod
+    def kind(self) -> MixerKind: ...
 
     @property
     def code(self) -> str:
@@ -68,8 +63,8 @@ class Mixer:
         DeltaNet, m Mamba, M Mamba2, V short conv, X compressed; lower case f/s/c: reads another layer's KV."""
         return _CODES[self.kind]
 
-    def tensors(self, prefix: str, layer: int | None) -> list[Tensor]:
-        raise NotImplementedError
+    @abstractmethod
+    def tensors(self, prefix: str, layer: int | None) -> list[Tensor]: ...
 
     def kv_elements_per_token(self, tp: int = 1) -> int:
         """Elements this layer stores per token of context on one rank (0 for state mixers and shared KV)."""
@@ -488,7 +483,7 @@ class ShortConv(Mixer):
 # ================================================================================================= MLPs
 
 
-class MLP:
+class MLP(ABC):
     """A feed-forward block. Subclasses are frozen dataclasses with `name`."""
 
     name: str
@@ -497,12 +492,12 @@ class MLP:
     def is_moe(self) -> bool:
         return False
 
-    def tensors(self, prefix: str, layer: int | None) -> list[Tensor]:
-        raise NotImplementedError
+    @abstractmethod
+    def tensors(self, prefix: str, layer: int | None) -> list[Tensor]: ...
 
+    @abstractmethod
     def active_intermediate(self) -> int:
         """MLP width one token passes through (experts per token × expert width + shared experts, for MoE)."""
-        raise NotImplementedError
 
 
 @dataclass(frozen=True, kw_only=True)

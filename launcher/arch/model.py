@@ -12,9 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from launcher.arch.layers import (
-    ATTENTION_KINDS,
     Attention,
-    DenseMLP,
     Layer,
     MixerKind,
     MLAttention,
@@ -173,27 +171,9 @@ class Model:
         return max(widths) if widths else 0
 
     @property
-    def dense_intermediate(self) -> int:
-        dense: DenseMLP | None = self._first(DenseMLP)
-        return dense.inter if dense is not None else 0
-
-    @property
     def sliding_window(self) -> int | None:
         sw: SlidingWindowAttention | None = self._first(SlidingWindowAttention)
         return sw.window if sw is not None else None
-
-    @property
-    def num_sliding_layers(self) -> int:
-        return sum(1 for k in self.layer_kinds if k == "sliding_attention")
-
-    @property
-    def num_full_layers(self) -> int:
-        return sum(1 for k in self.layer_kinds if k in ("full_attention", "mla"))
-
-    @property
-    def attention_only(self) -> bool:
-        """Every layer's cache is plain attention (full, sliding or MLA): what the pool arithmetic models today."""
-        return all(k in ATTENTION_KINDS and k != "chunked_attention" for k in self.layer_kinds)
 
     @property
     def vision(self) -> Tower | None:

@@ -6,26 +6,27 @@ tower class lives here so several families can share one (SigLIP serves Gemma 3 
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import ClassVar
 
 from launcher.arch.tensors import Tensor, linear, norm, param
 
 
-class Tower:
-    """An encoder loaded beside the language model; `modality` is what `--limit-mm-per-prompt` names."""
+class Tower(ABC):
+    """An encoder loaded beside the language model; `modalities` are what `--limit-mm-per-prompt` names."""
 
-    modality: str = "image"
-    modalities: tuple[str, ...] = ("image",)  # vLLM skips the tower when every one of these is limited to 0
+    modalities: ClassVar[tuple[str, ...]] = ("image",)  # vLLM skips the tower when all of these are limited to 0
     hidden: int
     intermediate: int
 
-    def tensors(self) -> list[Tensor]:
-        raise NotImplementedError
+    @abstractmethod
+    def tensors(self) -> list[Tensor]: ...
 
     @property
+    @abstractmethod
     def patches_per_item(self) -> int:
         """Encoder tokens for one image (or one audio clip) at the default resolution."""
-        raise NotImplementedError
 
 
 @dataclass(frozen=True, kw_only=True)

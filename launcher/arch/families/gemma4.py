@@ -15,7 +15,7 @@ embedder into the text width; its language model lives under `model.language_mod
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from launcher.arch.common import Meta, build, embed_head, heads, layer_types, text_config, tied
 from launcher.arch.config import Cfg
@@ -82,6 +82,8 @@ class Gemma4Vision(Tower):
     """Gemma 4's ViT (linear patch embedding, a 2-D learned position table, Gemma-style layers with q/k
     norms) and the embedder that maps its pooled output into the text width."""
 
+    modalities: ClassVar[tuple[str, ...]] = ("image", "video")  # vLLM marks the tower for both
+
     hidden: int
     intermediate: int
     num_layers: int
@@ -127,7 +129,7 @@ class Gemma4Audio(Tower):
     chunked attention with a relative-position key projection, and a gated depthwise conv) with its output
     projection and the embedder into the text width."""
 
-    modality: str = "audio"
+    modalities: ClassVar[tuple[str, ...]] = ("audio",)
     hidden: int
     intermediate: int  # the feed-forwards' width
     num_layers: int

@@ -8,7 +8,7 @@ vision_config, which transformers moves into text_config. Checkpoints keep the p
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from launcher.arch.common import Meta, attention, decoder, text_config
 from launcher.arch.config import Cfg
@@ -69,6 +69,8 @@ class Qwen25Vision(Tower):
     """The Qwen2.5-VL ViT: a bias-free patch conv over (time, h, w), RMSNorm blocks with a fused biased qkv and a
     biased SwiGLU MLP, and the merger (RMSNorm, then merge² patches through two linears into the text width).
     Its geometry fields are Qwen3-VL's too (QwenVision extends it)."""
+
+    modalities: ClassVar[tuple[str, ...]] = ("image", "video")  # vLLM marks the tower for both
 
     hidden: int
     intermediate: int
