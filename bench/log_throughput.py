@@ -37,7 +37,7 @@ BLOCK = 8 * MIB  # one write
 CHILD = """
 import io, json, resource, sys, time
 sys.path.insert(0, sys.argv[2])
-from launcher.logparse import parse_stream
+from launcher.vllm.logs import parse_stream
 t0 = time.perf_counter()
 with open(sys.argv[1], "rb") as fh:
     facts = parse_stream(fh)
@@ -133,7 +133,7 @@ def main() -> int:
     if not startup.endswith(b"\n"):
         startup += b"\n"
     sys.path.insert(0, str(ROOT))
-    from launcher.logparse import parse_stream
+    from launcher.vllm.logs import parse_stream
 
     want = parse_stream(io.BytesIO(startup)).to_json()
 

@@ -51,6 +51,8 @@ def list_archs() -> list[ArchInfo]:
     for arch, mt in registry.VLLM_ARCHITECTURES.items():
         if mt is not None:
             by_type.setdefault(mt, []).append(arch)
+    for arch, mt in registry.VLLM_POOLING_ARCHITECTURES.items():
+        by_type.setdefault(mt, []).append(arch)
     for arch, mt in registry.ARCHITECTURES.items():
         by_type.setdefault(mt, [])
         if arch not in by_type[mt]:

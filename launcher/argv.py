@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -76,6 +77,17 @@ def _engine_flags(profile: Profile, pred: Prediction, spec: FormatSpec, detected
     if profile.limit_mm_per_prompt:
         limits = ",".join(f'"{m}":{n}' for m, n in profile.limit_mm_per_prompt)
         flags += ["--limit-mm-per-prompt", "{" + limits + "}"]
+    if profile.speculative_config:
+        flags += ["--speculative-config", json.dumps(dict(profile.speculative_config), separators=(",", ":"))]
+    for key in ("mamba_cache_dtype", "mamba_ssm_cache_dtype", "mamba_cache_mode"):
+        if getattr(profile, key) != "auto":
+            flags += ["--" + key.replace("_", "-"), getattr(profile, key)]
+    if profile.enable_prefix_caching is not None:
+        flags.append("--enable-prefix-caching" if profile.enable_prefix_caching else "--no-enable-prefix-caching")
+    if profile.disable_hybrid_kv_cache_manager:
+        flags.append("--disable-hybrid-kv-cache-manager")
+    if profile.runner != "auto":
+        flags += ["--runner", profile.runner]
     if profile.vllm.served_model_name:
         flags += ["--served-model-name", profile.vllm.served_model_name]
     return flags

@@ -12,12 +12,16 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from launcher import vllm_pool as vp
+from launcher.arch.layers import Layer
 from launcher.arch.model import Model
 from launcher.formats import FormatSpec
 from launcher.kv import kv_element_bytes
 from launcher.params import Tensor
-from launcher.units import GiB, MiB
+from launcher.units import GiB, MiB, cdiv
+from launcher.vllm import engine as ve
+from launcher.vllm import pool as vp
+from launcher.vllm import versions as V
+from launcher.vllm.specs import CacheSpec, Context, MambaSpec
 
 Engine = Literal["v0", "v1"]
 
@@ -37,7 +41,7 @@ CPU_WORKER_BASE = 706 * MiB  # resident memory of a vLLM CPU worker besides weig
 class EngineArgs:
     """vLLM's settings after its own defaults are applied, for one version on one machine."""
 
-    version: vp.Version
+    version: V.Version
     engine: Engine
     platform: vp.Platform
     unified: bool
@@ -55,10 +59,39 @@ class EngineArgs:
     cudagraph_in_budget: bool  # 0.20+: the CUDA-graph estimate is taken out of the KV budget
     kv_cache_memory_bytes: int | None = None
     num_gpu_blocks_override: int | None = None
+    user_block_size: bool = False
+    served_dtype: str = "bfloat16"
+    prefix_caching: bool = True
+    mamba_cache_mode: str = "none"  # resolved: none or align (only meaningful with state layers)
+    mamba_cache_dtype: str = "auto"
+    mamba_ssm_cache_dtype: str = "auto"  # resolved from the model's and the platform's defaults
+    num_speculative_tokens: int = 0
+    speculative_method: str | None = None
+    pooling: bool = False  # --runner pooling
+
+    def cache_settings(self) -> ve.CacheSettings:
+        return ve.CacheSettings(
+            block_size=self.block_size,
+            user_block_size=self.user_block_size,
+            kv_cache_dtype=self.kv_cache_dtype,
+            served_dtype=self.served_dtype,
+            tp=self.tensor_parallel_size,
+            pp=self.pipeline_parallel_size,
+            version=self.version,
+            platform=self.platform,
+            hybrid_manager=self.hybrid_manager,
+            max_model_len=self.max_model_len,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            mamba_mode="align" if self.mamba_cache_mode == "align" else "none",
+            mamba_cache_dtype=self.mamba_cache_dtype,
+            ssm_dtype=self.mamba_ssm_cache_dtype,
+            num_speculative_tokens=self.num_speculative_tokens,
+            spec_method=self.speculative_method,
+        )
 
     def to_json(self) -> dict[str, object]:
         return {
-            "vllm_version": vp.fmt_version(self.version),
+            "vllm_version": V.fmt_version(self.version),
             "engine": self.engine,
             "platform": self.platform,
             "max_model_len": self.max_model_len,
@@ -71,13 +104,19 @@ class EngineArgs:
             "enforce_eager": self.enforce_eager,
             "chunked_prefill": self.chunked_prefill,
             "cudagraph_in_budget": self.cudagraph_in_budget,
+            "mamba_cache_mode": self.mamba_cache_mode,
+            "mamba_cache_dtype": self.mamba_cache_dtype,
+            "mamba_ssm_cache_dtype": self.mamba_ssm_cache_dtype,
+            "num_speculative_tokens": self.num_speculative_tokens,
+            "speculative_method": self.speculative_method,
+            "runner": "pooling" if self.pooling else "generate",
         }
 
 
 def resolve_engine_args(
     shape: Model,
     *,
-    version: vp.Version,
+    version: V.Version,
     platform: vp.Platform,
     unified: bool,
     total_bytes: int,
@@ -94,12 +133,22 @@ def resolve_engine_args(
     kv_cache_memory_bytes: int | None = None,
     force_v0: bool = False,
     force_v1: bool = False,
+    prefix_caching: bool | None = None,
+    mamba_cache_mode: str = "auto",
+    mamba_cache_dtype: str = "auto",
+    mamba_ssm_cache_dtype: str = "auto",
+    num_speculative_tokens: int = 0,
+    speculative_method: str | None = None,
+    pooling: bool = False,
+    cpu_bf16: bool = True,
+    disable_hybrid_manager: bool = False,
+    chunked_with_hybrid: bool = True,
 ) -> EngineArgs:
     """Apply vLLM's defaults as `vllm serve` does (arg_utils: usage context OPENAI_API_SERVER)."""
-    engine: Engine = "v0" if version < (0, 8, 0) or (force_v0 and version < (0, 11, 0)) else "v1"
-    if force_v1 and (0, 7, 0) <= version < (0, 8, 0):
-        engine = "v1"  # VLLM_USE_V1=1 on 0.7.x: the early V1 engine, sized as in 0.8.0
-        version = (0, 8, 0)
+    v1 = V.V1_ENGINE.on(version) or (force_v1 and V.V1_OPT_IN.on(version))
+    engine: Engine = "v1" if v1 and not (force_v0 and not V.V0_REMOVED.on(version)) else "v0"
+    if engine == "v1" and not V.V1_ENGINE.on(version):
+        version = V.V1_ENGINE.since  # VLLM_USE_V1=1 on 0.7.x: the early V1 engine, sized as in 0.8.0
     mml = max_model_len or shape.max_position_embeddings or 2048
     world = tensor_parallel_size * pipeline_parallel_size
     if platform == "cpu":
@@ -117,13 +166,20 @@ def resolve_engine_args(
         d_mnbt = 2048 if chunked else max(mml, 2048)
     mnbt = max_num_batched_tokens or d_mnbt
     seqs = max_num_seqs or d_seqs
+    has_state = any(m.kind in STATE_KINDS for layer in shape.layers for m in layer.mixers)
+    attention_free = all(m.kind in STATE_KINDS for layer in shape.layers for m in layer.mixers)
+    # ModelConfig.is_prefix_caching_supported: on for generative decoders and hybrids, off for attention-free
+    # models ("still experimental") and for pooling runners over encoders or mean/CLS pooling.
+    caching = (not pooling and not attention_free) if prefix_caching is None else prefix_caching
+    has_gdn = any(m.kind == "linear_attention" for layer in shape.layers for m in layer.mixers)
+    mode = ve.mamba_mode(mamba_cache_mode, caching, version) if has_state else "none"
     return EngineArgs(
         version=version,
         engine=engine,
         platform=platform,
         unified=unified,
         max_model_len=mml,
-        block_size=block_size or vp.default_block_size(shape, platform, version),
+        block_size=block_size or ve.default_block_size(shape, platform, version),
         kv_cache_dtype=_resolve_kv_dtype(kv_cache_dtype, dtype, shape, version),
         dtype_bytes=_dtype_bytes(dtype, shape),
         tensor_parallel_size=tensor_parallel_size,
@@ -132,13 +188,44 @@ def resolve_engine_args(
         max_num_seqs=seqs,
         enforce_eager=enforce_eager,
         chunked_prefill=chunked,
-        hybrid_manager=engine == "v1" and version >= (0, 9, 1),
-        cudagraph_in_budget=platform == "cuda" and version >= (0, 20, 0) and not enforce_eager,
+        hybrid_manager=engine == "v1"
+        and V.HYBRID_MANAGER.on(version)
+        and not disable_hybrid_manager
+        # VllmConfig: chunked local attention turns the manager off unless
+        # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1 (the default in 0.32)
+        and (chunked_with_hybrid or not any(m.kind == "chunked_attention" for ly in shape.layers for m in ly.mixers)),
+        cudagraph_in_budget=platform == "cuda" and V.CUDAGRAPH_IN_BUDGET.on(version) and not enforce_eager,
         kv_cache_memory_bytes=kv_cache_memory_bytes,
+        user_block_size=block_size is not None,
+        served_dtype=_served_dtype(dtype, shape),
+        prefix_caching=caching,
+        mamba_cache_mode=mode,
+        mamba_cache_dtype=mamba_cache_dtype,
+        mamba_ssm_cache_dtype=ve.ssm_dtype(shape, mamba_ssm_cache_dtype, platform, cpu_bf16, has_gdn)
+        if has_state
+        else mamba_ssm_cache_dtype,
+        num_speculative_tokens=num_speculative_tokens,
+        speculative_method=speculative_method,
+        pooling=pooling,
     )
 
 
-def _resolve_kv_dtype(kv_cache_dtype: str, dtype: str, shape: Model, version: vp.Version) -> str:
+STATE_KINDS = frozenset({"linear_attention", "mamba", "mamba2", "short_conv"})
+
+
+def _served_dtype(dtype: str, shape: Model) -> str:
+    """The dtype vLLM runs the model in: as asked, else the checkpoint's (fp32 checkpoints in 16 bits)."""
+    d = dtype.lower()
+    if d in ("float32", "fp32", "float"):
+        return "float32"
+    if d in ("float16", "fp16", "half"):
+        return "float16"
+    if d in ("bfloat16", "bf16"):
+        return "bfloat16"
+    return "float16" if (shape.torch_dtype or "").lower() == "float16" else "bfloat16"
+
+
+def _resolve_kv_dtype(kv_cache_dtype: str, dtype: str, shape: Model, version: V.Version) -> str:
     """vLLM's kv_cache_dtype "auto": the dtype the model is served in (fp32 only when asked for)."""
     if kv_cache_dtype != "auto":
         return kv_cache_dtype
@@ -150,7 +237,7 @@ def _resolve_kv_dtype(kv_cache_dtype: str, dtype: str, shape: Model, version: vp
     if d in ("bfloat16", "bf16"):
         return "bfloat16"
     q = shape.quantization_config or {}
-    if version >= (0, 14, 0) and str(q.get("kv_cache_quant_algo") or "").upper() == "FP8":
+    if V.KV_FP8_FROM_CHECKPOINT.on(version) and str(q.get("kv_cache_quant_algo") or "").upper() == "FP8":
         return "fp8"
     return "float16" if (shape.torch_dtype or "").lower() == "float16" else "bfloat16"
 
@@ -170,10 +257,6 @@ def _dtype_bytes(dtype: str, shape: Model) -> int:
 
 def _round_up(x: int, m: int) -> int:
     return cdiv(x, m) * m
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def pp_layer_ranges(num_layers: int, pp: int) -> list[range]:
@@ -205,8 +288,13 @@ def rank_weight_bytes(
     tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
     layers = pp_layer_ranges(shape.num_layers, pp)[pp_rank]
     first, last = pp_rank == 0, pp_rank == pp - 1
+    mtp = args.speculative_method == "mtp" and last  # the drafter runs on the last stage
     total = 0
     for t, b in zip(ts, tensor_bytes, strict=True):
+        if t.layer is not None and t.layer >= shape.num_layers:
+            if mtp:
+                total += cdiv(b, tp) if t.role not in ("norm", "router") else b
+            continue
         if t.layer is not None and t.layer not in layers:
             continue
         if t.layer is None:
@@ -272,7 +360,7 @@ def activation_peak(shape: Model, args: EngineArgs, *, textbook: bool = False, p
     fwd = mnbt * dt * (mlp_factor * inter // (2 * tp) + 2 * h + qkv)
     last = pp_rank == args.pipeline_parallel_size - 1
     sampler = 0
-    if last:
+    if last and not args.pooling:  # a pooling runner has no sampler to warm up
         seqs = min(args.max_num_seqs, mnbt)
         # fp32 logits over the vocabulary with the sampler's copies (~13 bytes/entry) plus the model-dtype
         # logits; the forward's hidden states stay alive meanwhile.
@@ -280,7 +368,10 @@ def activation_peak(shape: Model, args: EngineArgs, *, textbook: bool = False, p
     encoder = 0
     if shape.vision is not None and pp_rank == 0:
         v = shape.vision
-        images = max(1, mnbt // 256)
+        # vLLM profiles the encoder on as many items as its budget holds: max(mnbt, one item's embeddings) //
+        # one item's embeddings (MultiModalBudget._get_max_items), at least one
+        per_item = max(1, v.tokens_per_item)
+        images = max(1, max(mnbt, per_item) // per_item)
         encoder = images * v.patches_per_item * dt * (v.intermediate + 4 * v.hidden)
     peak = max(fwd, sampler, encoder)
     if pp_rank > 0:
@@ -292,11 +383,11 @@ def non_torch_bytes(args: EngineArgs) -> int:
     """Memory outside PyTorch's allocator that appears during profiling (cuBLAS, NCCL, custom all-reduce)."""
     if args.platform == "cpu":
         return 0
-    base = NON_TORCH_V1 if args.engine == "v1" and args.version >= (0, 11, 0) else NON_TORCH_OLD
+    base = NON_TORCH_V1 if args.engine == "v1" and V.NON_TORCH_025.on(args.version) else NON_TORCH_OLD
     if args.pipeline_parallel_size > 1 and args.tensor_parallel_size == 1:
         base = NON_TORCH_PP
     if args.tensor_parallel_size > 1:
-        base += NON_TORCH_TP if args.version >= (0, 11, 0) else NON_TORCH_TP // 2
+        base += NON_TORCH_TP if V.NON_TORCH_025.on(args.version) else NON_TORCH_TP // 2
     return base
 
 
@@ -340,6 +431,9 @@ class Prediction:
     args: EngineArgs
     biggest_bucket: str
     notes: tuple[str, ...] = field(default=())
+    state_bytes_per_request: int = 0  # Mamba / linear-attention state of one request, as its layers hold it
+    state_request_bytes: int = 0  # the pool blocks that state takes per request (padded pages, align-mode copies)
+    state_need_bytes: int = 0  # users × state_request_bytes (part of kv_need_bytes)
 
     @property
     def plan_total_bytes(self) -> int:
@@ -396,23 +490,10 @@ def _util_ceil(x: float) -> float:
 def predict(req: PlanRequest) -> Prediction:
     s, a = req.shape, req.args
     v = a.version
-    lay = vp.layout(
-        s,
-        block_size=a.block_size,
-        kv_cache_dtype=a.kv_cache_dtype,
-        tp=a.tensor_parallel_size,
-        layer_kinds=_rank_kinds(s, a, req.pp_rank),
-        hybrid_manager=a.hybrid_manager,
-        version=v,
-    )
-    per_req_blocks = vp.blocks_per_request(
-        lay,
-        max_model_len=a.max_model_len,
-        sliding_window=s.sliding_window if lay.hybrid else None,
-        max_num_batched_tokens=a.max_num_batched_tokens,
-        version=v,
-    )
-    request_bytes = per_req_blocks * lay.bytes_per_block  # hybrid: one block id spans group_size layers
+    lay, ctx = rank_layout(s, a, req.pp_rank)
+    per_req_blocks = vp.blocks_per_request(lay, ctx)
+    request_bytes = per_req_blocks * lay.bytes_per_block  # one block id spans a layer of every group
+    state_raw, state_charged = state_bytes_per_request(lay, ctx)
     kv_need = req.users * request_bytes
     textbook = req.overhead_bytes is not None
     act = activation_peak(s, a, textbook=textbook, pp_rank=req.pp_rank)
@@ -433,6 +514,17 @@ def predict(req: PlanRequest) -> Prediction:
         if cal is not None and cal.cudagraph_bytes is not None and graphs:
             graphs = cal.cudagraph_bytes
     graphs_in_budget = graphs if a.cudagraph_in_budget and req.overhead_bytes is None else 0
+    unified_graph_note = None
+    if graphs_in_budget and a.unified and cal is None:
+        # vLLM measures its CUDA-graph estimate as the drop in free memory while it captures two graphs
+        # (gpu_model_runner.profile_cudagraph_memory, not clamped at 0). On unified memory the OS frees and takes
+        # pages meanwhile, so Spark logs read anything from -4.74 GiB to about +1 GiB; the sign is not
+        # predictable, so the budget takes none of it.
+        graphs_in_budget = 0
+        unified_graph_note = (
+            "unified memory: vLLM's CUDA-graph estimate is a free-memory difference the OS moves (Spark logs show "
+            "negative values such as -4.74 GiB, which enlarge the pool); planned as 0"
+        )
     graphs_outside = graphs - graphs_in_budget
     overhead = non_torch + graphs + context
     T = req.total_bytes
@@ -443,16 +535,18 @@ def predict(req: PlanRequest) -> Prediction:
         non_kv_in_budget = rss
     else:
         non_kv_in_budget = req.weights_bytes + act.peak + non_torch + graphs_in_budget
-        if a.engine == "v1" and v < (0, 9, 1):
+        if a.engine == "v1" and not V.V1_CONTEXT_IN_BUDGET_UNTIL.on(v):
             non_kv_in_budget += context  # 0.8.x counts everything used on the GPU, CUDA context included
     outside = context + graphs_outside  # memory the process uses beyond vLLM's budget
 
     # --- gpu_memory_utilization ---
-    default_util = vp.default_utilization(v)
+    default_util = ve.default_utilization(v)
     reasons: list[str] = []
     notes: list[str] = []
     if cal is not None and cal.note:
         notes.append(cal.note)
+    if unified_graph_note:
+        notes.append(unified_graph_note)
     if req.gpu_memory_utilization is not None:
         util = req.gpu_memory_utilization
         why = "as given"
@@ -490,20 +584,11 @@ def predict(req: PlanRequest) -> Prediction:
         available = a.kv_cache_memory_bytes
     elif a.platform == "cpu":
         available = int(requested - non_kv_in_budget)
-    elif a.engine == "v1" and v < (0, 9, 1):
+    elif a.engine == "v1" and not V.V1_CONTEXT_IN_BUDGET_UNTIL.on(v):
         available = int(T * util - non_kv_in_budget)
     else:
         available = requested - non_kv_in_budget
-    pool_ = vp.pool(
-        lay,
-        max(available, 0),
-        max_model_len=a.max_model_len,
-        sliding_window=s.sliding_window if lay.hybrid else None,
-        max_num_batched_tokens=a.max_num_batched_tokens,
-        version=v,
-        engine=a.engine,
-        num_blocks_override=a.num_gpu_blocks_override,
-    )
+    pool_ = vp.pool(lay, max(available, 0), ctx, engine=a.engine, num_blocks_override=a.num_gpu_blocks_override)
 
     # --- the lesson's equation: users that fit in the machine ---
     room = T - reserve - req.weights_bytes - overhead - act.peak
@@ -604,12 +689,59 @@ def predict(req: PlanRequest) -> Prediction:
         args=a,
         biggest_bucket=max(buckets, key=lambda b: buckets[b]),
         notes=tuple(notes),
+        state_bytes_per_request=state_raw,
+        state_request_bytes=state_charged,
+        state_need_bytes=req.users * state_charged,
     )
 
 
-def _rank_kinds(s: Model, a: EngineArgs, pp_rank: int) -> tuple[str, ...]:
-    layers = pp_layer_ranges(s.num_layers, a.pipeline_parallel_size)[pp_rank]
-    return tuple(s.layer_kinds[i] for i in layers)
+def rank_layers(s: Model, a: EngineArgs, pp_rank: int | None = None) -> tuple[tuple[Layer, ...], list[bool]]:
+    """The model's layers as vLLM builds them (MTP drafter layers last when speculating with MTP), and which
+    of them one pipeline rank holds (None: all). The drafter runs on the last stage."""
+    layers = s.layers + (s.mtp_layers if a.speculative_method == "mtp" else ())
+    if pp_rank is None:
+        return layers, [True] * len(layers)
+    mine = pp_layer_ranges(s.num_layers, a.pipeline_parallel_size)[pp_rank]
+    last = pp_rank == a.pipeline_parallel_size - 1
+    return layers, [i in mine or (i >= s.num_layers and last) for i in range(len(layers))]
+
+
+def rank_layout(s: Model, a: EngineArgs, pp_rank: int = 0) -> tuple[vp.KVLayout, Context]:
+    """vLLM's blocks for one rank: every layer's spec, the hybrid block size, the groups over the whole model
+    projected onto this rank's layers."""
+    cache = a.cache_settings()
+    layers, owned = rank_layers(s, a, pp_rank)
+    specs: list[CacheSpec | None] = []
+    mask: list[bool] = []
+    for layer, own in zip(layers, owned, strict=True):
+        for m in layer.mixers:
+            specs.append(ve.mixer_spec(m, cache))
+            mask.append(own)
+    if a.pooling and not s.causal:
+        specs = []  # encoder-only attention keeps no cache (EncoderOnlyAttention has no KV spec)
+    lay = vp.layout(
+        specs,
+        block_size=a.block_size,
+        version=a.version,
+        hybrid_manager=a.hybrid_manager,
+        kernel_block=ve.KERNEL_BLOCK[a.platform],
+        user_block_size=a.user_block_size,
+        mamba_mode=a.mamba_cache_mode,
+        owned=mask,
+    )
+    if lay.groups and all(isinstance(g.spec, MambaSpec) for g in lay.groups) and a.mamba_cache_mode == "none":
+        # attention-free without prefix caching: a state block stands for a whole max_model_len sequence
+        # (MambaModelConfig: mamba_block_size = max_model_len)
+        lay = dataclasses.replace(lay, block_size=a.max_model_len)
+    return lay, cache.context()
+
+
+def state_bytes_per_request(lay: vp.KVLayout, ctx: Context) -> tuple[int, int]:
+    """(state the layers hold, what vLLM charges for it): the unpadded Mamba / linear-attention state of one
+    request, and the blocks its state groups take from the shared pool × bytes per block."""
+    raw = sum(g.layers * g.spec.state_bytes for g in lay.groups if isinstance(g.spec, MambaSpec))
+    charged = sum(g.blocks_per_request(ctx) for g in lay.groups if isinstance(g.spec, MambaSpec))
+    return raw, charged * lay.bytes_per_block
 
 
 def _fixes(req: PlanRequest, pool_: vp.Pool, request_bytes: int, available: int, util: float) -> list[str]:

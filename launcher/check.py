@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from launcher.budget import Prediction
 from launcher.errors import VlaunchError
-from launcher.logparse import LogFacts, parse_stream
 from launcher.planning import Plan
 from launcher.units import GiB
+from launcher.vllm.logs import LogFacts, parse_stream
 
 
 class LogError(VlaunchError):
@@ -31,10 +32,12 @@ def read_log(path: str) -> LogFacts:
 def flags_from_log(f: LogFacts) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key in ("max_model_len", "tensor_parallel_size", "pipeline_parallel_size", "gpu_memory_utilization",
-                "max_num_batched_tokens", "max_num_seqs", "block_size", "kv_cache_memory_bytes"):  # fmt: skip
+                "max_num_batched_tokens", "max_num_seqs", "kv_cache_memory_bytes"):  # fmt: skip
         v = getattr(f, key)
         if v is not None:
             out[key] = v
+    if f.non_default_args.get("block_size") is not None:  # the user's; f.block_size is what vLLM settled on
+        out["block_size"] = f.non_default_args["block_size"]
     if f.dtype and f.dtype != "auto":
         out["dtype"] = str(f.dtype).removeprefix("torch.")
     if f.kv_cache_dtype and f.kv_cache_dtype != "auto":
@@ -95,6 +98,27 @@ def _g(b: int) -> float:
     return round(b / GiB, 4)
 
 
+def _opt(x: int | None) -> float | None:
+    return None if x is None else float(x)
+
+
+def _by_group(p: Prediction) -> str:
+    """A hybrid pool group by group: what one request takes from the shared blocks, and why."""
+    lay, ctx = p.layout, p.args.cache_settings().context()
+    parts: dict[str, list[int]] = {}
+    for g in lay.groups:
+        parts.setdefault(g.kind, []).append(g.blocks_per_request(ctx))
+    per_kind = "; ".join(
+        f"{len(b)} {kind} group(s) × {b[0]} block(s)" if len(set(b)) == 1 else f"{kind} groups {'+'.join(map(str, b))}"
+        for kind, b in parts.items()
+    )
+    return (
+        f"hybrid pool: {p.pool.num_blocks:,} blocks of {lay.bytes_per_block / 2**20:,.2f} MiB (one block id spans a "
+        f"layer of each of the {lay.n_groups} groups of {lay.group_size}); a {p.args.max_model_len:,}-token request "
+        f"takes {p.pool.blocks_per_request} blocks: {per_kind}"
+    )
+
+
 def compare(plan: Plan, f: LogFacts) -> Comparison:
     """Predicted vs logged for each bucket the log states; the bucket that explains most of the KV gap."""
     p = plan.prediction
@@ -129,6 +153,17 @@ def compare(plan: Plan, f: LogFacts) -> Comparison:
     if f.num_blocks is not None:
         rows.append(Row("num_blocks", float(p.pool.num_blocks), float(f.num_blocks), "blocks"))
     rows.append(Row("max_concurrency", round(p.pool.max_concurrency, 2), f.max_concurrency, "x"))
+    lay = p.layout
+    if lay.hybrid or lay.mamba_page_bytes or f.block_size is not None:
+        rows.append(Row("block_size", float(lay.block_size), _opt(f.block_size), "tokens"))
+    if lay.hybrid or f.padding_layers is not None or f.kv_cache_groups is not None:
+        # vLLM prints the groups only when there are several, and a padding line only when it pads
+        logged_groups = f.kv_cache_groups if f.kv_cache_groups is not None else (1 if f.started else None)
+        rows.append(Row("kv_cache_groups", float(len(lay.groups)), _opt(logged_groups), "groups"))
+        logged_pad = f.padding_layers if f.padding_layers is not None else (0 if f.started else None)
+        rows.append(Row("padding_layers", float(sum(lay.padding_layers)), _opt(logged_pad), "layers"))
+    if lay.hybrid:
+        notes.append(_by_group(p))
 
     # The KV gap is the sum of the non-KV buckets' errors (with the opposite sign) and of the budget's.
     budget_rows = [r for r in rows if r.unit == "GiB" and r.bucket not in ("available_kv",) and r.delta is not None]
@@ -193,7 +228,7 @@ def render_comparison(c: Comparison) -> str:
         def show(x: float | None, unit: str = r.unit) -> str:
             if x is None:
                 return "—"
-            return f"{x:,.0f}" if unit in ("tokens", "blocks") else f"{x:,.2f}"
+            return f"{x:,.0f}" if unit in ("tokens", "blocks", "groups", "layers") else f"{x:,.2f}"
 
         pct = "" if r.delta_pct is None else f" ({r.delta_pct:+.1f}%)"
         delta = "" if r.delta is None else show(r.delta)

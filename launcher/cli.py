@@ -160,6 +160,26 @@ def _plan_options(f: Any) -> Any:
             metavar="JSON",
             help="Items per prompt by modality, as vLLM takes it: '{\"image\": 0}'.",
         ),
+        click.option(
+            "--speculative-config",
+            metavar="JSON",
+            help='Speculative decoding as vLLM takes it: \'{"method": "mtp", "num_speculative_tokens": 1}\'.',
+        ),
+        click.option("--mamba-cache-dtype", help="Conv-state dtype of Mamba / linear-attention layers (auto)."),
+        click.option("--mamba-ssm-cache-dtype", help="SSM / recurrent state dtype (auto: the model's default)."),
+        click.option("--mamba-cache-mode", help="auto (align with prefix caching), none or align."),
+        click.option(
+            "--enable-prefix-caching/--no-enable-prefix-caching",
+            default=None,
+            help="Prefix caching (vLLM's default: on); it puts Mamba layers in align mode.",
+        ),
+        click.option("--runner", help="auto, generate or pooling (encoders keep no KV cache)."),
+        click.option(
+            "--disable-hybrid-kv-cache-manager",
+            is_flag=True,
+            default=None,
+            help="Allocate sliding-window and chunked layers like full attention.",
+        ),
         click.option("--json", "as_json", is_flag=True, help="Machine-readable output."),
         click.option(
             "--no-calibration",
@@ -178,7 +198,8 @@ _FLAG_FIELDS = (
     "machine", "gpu_memory_gib", "gpu_memory_utilization", "max_model_len", "tensor_parallel_size",
     "pipeline_parallel_size", "dtype", "kv_cache_dtype", "quantization", "max_num_batched_tokens", "max_num_seqs",
     "enforce_eager", "block_size", "kv_cache_memory_bytes", "users", "os_reserve_gib", "overhead_gib",
-    "biggest_pool", "language_model_only",
+    "biggest_pool", "language_model_only", "mamba_cache_dtype", "mamba_ssm_cache_dtype", "mamba_cache_mode",
+    "enable_prefix_caching", "runner", "disable_hybrid_kv_cache_manager",
 )  # fmt: skip
 
 
@@ -204,15 +225,16 @@ def build_profile(profile: str | None, flags: dict[str, Any]) -> Any:
             overrides[k] = _num_or_auto(overrides[k])
     if flags.get("vllm_version"):
         overrides["vllm"] = {"version": flags["vllm_version"]}
-    if flags.get("limit_mm_per_prompt"):
-        import json
+    for key in ("limit_mm_per_prompt", "speculative_config"):
+        if flags.get(key):
+            import json
 
-        try:
-            overrides["limit_mm_per_prompt"] = json.loads(flags["limit_mm_per_prompt"])
-        except ValueError as e:
-            from launcher.errors import ProfileError
+            try:
+                overrides[key] = json.loads(flags[key])
+            except ValueError as e:
+                from launcher.errors import ProfileError
 
-            raise ProfileError(f"not JSON: {e}", field="--limit-mm-per-prompt") from None
+                raise ProfileError(f"not JSON: {e}", field="--" + key.replace("_", "-")) from None
     if profile:
         base = load_profile(resolve_profile_arg(profile, Path.cwd() / "profiles"))
         if flags.get("model"):

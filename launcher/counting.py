@@ -50,6 +50,7 @@ class CountResult:
             "detail": dict(self.params.detail),
             "per_layer": _per_layer_summary(self.params),
             "tied_embeddings": s.tied_embeddings,
+            "causal": s.causal,
             "num_layers": s.num_layers,
             "layers": s.layer_summary(),
             "layer_map": "".join(_map_code(layer.code) for layer in s.layers),
@@ -77,6 +78,8 @@ def _kinds_line(s: Model) -> str:
     parts = []
     for kind, info in s.layer_summary().items():
         extra = [f"{k} {v}" for k, v in info.items() if k in ("window", "chunk", "kv_lora_rank")]
+        if info.get("bidirectional"):
+            extra.append("bidirectional")
         if "state_shapes" in info:
             extra.append("state " + " + ".join("×".join(str(d) for d in shp) for shp in info["state_shapes"].values()))
         parts.append(f"{info['count']} {kind}" + (f" ({', '.join(extra)})" if extra else ""))
@@ -156,6 +159,8 @@ def render_count(r: CountResult) -> str:
         f"KV cache   {r.kv_cache_dtype}: {_n(per_tok)} B/token ({per_tok / KiB:.1f} KiB)"
         + (f", per rank at tp={kv.tensor_parallel_size}" if kv.tensor_parallel_size > 1 else "")
     )
+    if not s.causal:
+        lines.append("  an encoder (bidirectional attention): under --runner pooling vLLM keeps no KV cache for it")
     if kv.mla:
         lines.append("  MLA: one compressed latent per layer (kv_lora_rank + rope dims), no separate K and V")
     if kv.layers_sliding:
@@ -167,6 +172,6 @@ def render_count(r: CountResult) -> str:
     if kv.layers_without_kv:
         without = ", ".join(f"{n} {k}" for k, n in kv.layers_without_kv.items())
         lines.append(f"  no per-token KV in {without} layers (a fixed state per request, or another layer's cache)")
-    if per_tok:
+    if per_tok and s.causal:
         lines.append(f"  {GiB / per_tok:,.0f} tokens per GiB (all layers storing every token)")
     return "\n".join(lines)

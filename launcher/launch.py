@@ -1,7 +1,7 @@
 """Start vLLM for a plan, watch its boot, check the prediction live, and stop it cleanly.
 
 The subprocess loop only moves lines: a reader thread queues vLLM's output, the main thread tees each line to the
-run log and feeds the Watcher (a small state machine over logparse), prints boot stages, compares the pool the
+run log and feeds the Watcher (a small state machine over vllm.logs), prints boot stages, compares the pool the
 moment vLLM states it, and cross-checks /metrics once /health answers. Signals stop vLLM's whole process group
 (terminate → wait → kill) and release the box lock on every path.
 """
@@ -21,44 +21,29 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import IO, Any
 
 import psutil
 
-from launcher import calibration, guard, logparse
-from launcher import vllm_pool as vp
+from launcher import calibration, guard
 from launcher.check import compare, render_comparison
 from launcher.planning import Plan
+from launcher.vllm import logs
+from launcher.vllm import versions as V
+from launcher.vllm.logs import Stage
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-class Stage(Enum):
-    STARTING = "starting"
-    LOADING = "loading weights"
-    PROFILING = "profiling"
-    KV = "KV cache allocated"
-    GRAPHS = "CUDA graphs / warm-up"
-    READY = "API up"
-    FAILED = "failed"
-
-
-_STAGE_TRIGGERS: tuple[tuple[Stage, tuple[str, ...]], ...] = (
-    (Stage.LOADING, ("Starting to load model", "Loading weights", "Loading model weights", "Loading safetensors")),
-    (Stage.PROFILING, ("Model loading took", "Loading weights took", "Loading model weights took", "Memory profiling")),
-    (Stage.KV, ("KV cache size:", "Available KV cache memory", "Auto set (", "Explicitly set (", " blocks: ")),
-    (Stage.GRAPHS, ("Capturing CUDA graph", "Graph capturing", "Warming up model", "init engine")),
-    (Stage.READY, ("Application startup complete",)),
-)
+_STAGE_TRIGGERS = logs.STAGE_TRIGGERS  # from each log pattern's stage and keywords
 
 
 @dataclass
 class Watcher:
-    """Feed it vLLM's lines; it tracks the boot stage and everything logparse extracts."""
+    """Feed it vLLM's lines; it tracks the boot stage and everything vllm.logs extracts."""
 
-    parser: logparse.LogParser = field(default_factory=logparse.LogParser)
+    parser: logs.LogParser = field(default_factory=logs.LogParser)
     stage: Stage = Stage.STARTING
     t0: float = field(default_factory=time.monotonic)
     stages: dict[str, float] = field(default_factory=dict)
@@ -81,7 +66,7 @@ class Watcher:
             self.on_stage(stage, elapsed)
 
     @property
-    def facts(self) -> logparse.LogFacts:
+    def facts(self) -> logs.LogFacts:
         return self.parser.facts
 
 
@@ -129,7 +114,7 @@ def cache_config_info(metrics_text: str) -> dict[str, str] | None:
     return None
 
 
-def metrics_check(facts: logparse.LogFacts, labels: dict[str, str] | None, block_size: int) -> dict[str, Any]:
+def metrics_check(facts: logs.LogFacts, labels: dict[str, str] | None, block_size: int) -> dict[str, Any]:
     """/metrics vllm:cache_config_info against the log: num_gpu_blocks, and kv_cache_size_tokens (0.28+)."""
     if labels is None:
         return {"available": False}
@@ -306,7 +291,7 @@ def serve(
     return RunResult(exit_code, record, log_path, record_path)
 
 
-def _calibrate_cpu(plan: Plan, f: logparse.LogFacts, record: dict[str, Any]) -> None:
+def _calibrate_cpu(plan: Plan, f: logs.LogFacts, record: dict[str, Any]) -> None:
     """A CPU run measures the worker's resident memory: keep it for the next plan on this box."""
     p = plan.prediction
     if p.args.platform != "cpu" or f.kv_pool_tokens is None or f.total_memory_gib is None:
@@ -323,7 +308,7 @@ def _calibrate_cpu(plan: Plan, f: logparse.LogFacts, record: dict[str, Any]) -> 
     )
     with contextlib.suppress(OSError):
         entry = calibration.record_cpu_worker(
-            "cpu", vp.fmt_version(p.args.version), plan.profile.vllm.python, base, f"serve {plan.profile.name}"
+            "cpu", V.fmt_version(p.args.version), plan.profile.vllm.python, base, f"serve {plan.profile.name}"
         )
         record["calibration"] = {"cpu_worker_base_bytes": entry.base_bytes, "runs": entry.runs}
 

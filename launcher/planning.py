@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from launcher import budget, formats
-from launcher import vllm_pool as vp
 from launcher.arch.model import Model
 from launcher.argv import vllm_argv
 from launcher.calibration import lookup_cpu_worker, lookup_terms, machine_key
@@ -21,9 +21,11 @@ from launcher.errors import ConfigError, ProfileError
 from launcher.kv import kv_per_token
 from launcher.machines import Machine, MemoryReading, machine_for_plan
 from launcher.modelsource import ModelSource, load, read_model
-from launcher.params import tensors
 from launcher.profiles import Profile
 from launcher.units import GiB, gib_to_bytes
+from launcher.vllm import pool as vp
+from launcher.vllm import specs
+from launcher.vllm import versions as V
 
 OS_RESERVE_FLOOR = 6 * GiB  # never plan a unified machine with less left to the OS and page cache
 OS_RESERVE_DEFAULT = 10 * GiB  # the lesson's assumption for a Spark planned from the catalog
@@ -59,12 +61,21 @@ class Plan:
             "machine": self.machine.name,
             "machine_total_bytes": self.machine.total_bytes,
             "machine_total_source": self.machine.source,
-            "vllm_version": vp.fmt_version(p.args.version),
+            "vllm_version": V.fmt_version(p.args.version),
             "format": self.spec.describe(),
             "weights_bytes": p.weights_bytes,
             "kv_bytes_per_token": p.kv_bytes_per_token,
             "kv_request_bytes": p.kv_need_bytes // max(self.profile.users, 1),
             "kv_need_bytes": p.kv_need_bytes,
+            "state_bytes_per_request": p.state_bytes_per_request,
+            "state_request_bytes": p.state_request_bytes,
+            "state_need_bytes": p.state_need_bytes,
+            "block_size": p.layout.block_size,
+            "mamba_block_size": p.layout.block_size
+            if p.args.mamba_cache_mode == "align" and p.layout.mamba_page_bytes
+            else None,
+            "padding_layers": sum(p.layout.padding_layers),
+            "kv_cache_groups": len(p.layout.groups),
             "activation_peak_bytes": p.activation_peak_bytes,
             "non_torch_bytes": p.non_torch_bytes,
             "cudagraph_bytes": p.cudagraph_bytes,
@@ -123,15 +134,18 @@ def _format(profile: Profile, shape: Model, src: ModelSource) -> formats.FormatS
 
 # vLLM leaves out an encoder whose modalities are all limited to 0 (--language-model-only, or
 # --limit-mm-per-prompt '{"image": 0}'): SupportsMultiModal._mark_tower_model builds it as a StageMissingLayer.
-TOWER_SKIP_SINCE: vp.Version = (0, 11, 0)
-
-
-POOL_KINDS = frozenset({"full_attention", "sliding_attention", "mla"})
+# (versions.TOWER_SKIP)
+def loaded_towers(shape: Model, profile: Profile, version: V.Version) -> Model:
+    """The model as vLLM loads it: without the encoders the profile's modality limits switch off."""
+    if not shape.towers or not V.TOWER_SKIP.on(version):
+        return shape
+    kept = tuple(t for t in shape.towers if not all(profile.modality_limit(m) == 0 for m in t.modalities))
+    return shape if kept == shape.towers else dataclasses.replace(shape, towers=kept)
 
 
 def _pool_modelled(shape: Model, source: str) -> None:
-    """vLLM's pool is predicted for full, sliding and MLA attention; say so rather than guess for the rest."""
-    other = sorted({k for layer in shape.layers for k in layer.kinds if k not in POOL_KINDS})
+    """vLLM's pool is predicted for every cache kind its specs know; say so rather than guess for the rest."""
+    other = sorted({m.kind for layer in shape.layers for m in layer.mixers if specs.has_unmodelled(m)})
     if other:
         raise ConfigError(
             f"vLLM's KV/state pool for {', '.join(other)} layers is not predicted yet; `vlaunch count` gives this "
@@ -141,12 +155,41 @@ def _pool_modelled(shape: Model, source: str) -> None:
         )
 
 
-def loaded_towers(shape: Model, profile: Profile, version: vp.Version) -> Model:
-    """The model as vLLM loads it: without the encoders the profile's modality limits switch off."""
-    if not shape.towers or version < TOWER_SKIP_SINCE:
-        return shape
-    kept = tuple(t for t in shape.towers if not all(profile.modality_limit(m) == 0 for m in t.modalities))
-    return shape if kept == shape.towers else dataclasses.replace(shape, towers=kept)
+def _is_mtp_tensor(t: Any, shape: Model) -> bool:
+    return t.layer is not None and t.layer >= shape.num_layers
+
+
+_LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+
+
+def _ckpt_has_mtp(ckpt: Any, shape: Model) -> bool:
+    """The checkpoint holds next-token-prediction weights (`mtp.*`, or layers past the decoder's)."""
+    if not shape.mtp_layers:
+        return False
+    for t in ckpt.tensors:
+        if t.name.startswith("mtp.") or ".mtp." in t.name:
+            return True
+        m = _LAYER_INDEX.search(t.name)
+        if m and int(m.group(1)) >= shape.num_layers:
+            return True
+    return False
+
+
+def is_mtp(method: str | None) -> bool:
+    """vLLM's MTP methods: "mtp" and the per-family "<family>_mtp" names."""
+    return method is not None and (method == "mtp" or method.endswith("_mtp"))
+
+
+def cpu_has_avx512_bf16() -> bool:
+    """vLLM's CPU build keeps SSM state in fp32 on CPUs with AVX512-BF16 (torch.cpu._is_avx512_bf16_supported)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    return "avx512_bf16" in line.split()
+    except OSError:
+        pass
+    return False
 
 
 def _max_len_error(shape: Model, profile: Profile, env: dict[str, str]) -> str | None:
@@ -178,14 +221,19 @@ def make_plan(
     """Resolve everything a prediction needs and run it."""
     src = _config_source(profile)
     shape, found = read_model(src)
-    shape = loaded_towers(shape, profile, vp.parse_version(profile.vllm.version))
+    shape = loaded_towers(shape, profile, V.parse_version(profile.vllm.version))
     _pool_modelled(shape, src.config_path)
     spec = _format(profile, shape, src)
-    ts = tensors(shape)
+    speculative = profile.speculative
+    method = speculative.get("method")
+    if method is None and speculative.get("model"):
+        method = "draft_model"
+    # MTP layers are counted apart: vLLM loads them only when it speculates with them.
+    ts = shape.tensors(mtp=True)
     per_tensor = formats.tensor_bytes(shape, spec, ts)
 
     machine, reading = machine_for_plan(profile.machine, gpu_memory_gib=profile.gpu_memory_gib, live=live)
-    version = vp.parse_version(profile.vllm.version)
+    version = V.parse_version(profile.vllm.version)
     platform: vp.Platform = "cpu" if machine.backend == "cpu" else "cuda"
     env = dict(profile.vllm.env)
     args = budget.resolve_engine_args(
@@ -207,23 +255,50 @@ def make_plan(
         kv_cache_memory_bytes=profile.kv_cache_memory_bytes,
         force_v0=env.get("VLLM_USE_V1") == "0",
         force_v1=env.get("VLLM_USE_V1") == "1",
+        prefix_caching=profile.enable_prefix_caching,
+        mamba_cache_mode=profile.mamba_cache_mode,
+        mamba_cache_dtype=profile.mamba_cache_dtype,
+        mamba_ssm_cache_dtype=profile.mamba_ssm_cache_dtype,
+        num_speculative_tokens=int(speculative.get("num_speculative_tokens") or 0),
+        speculative_method="mtp" if is_mtp(method) else method,
+        pooling=profile.runner == "pooling",
+        cpu_bf16=platform == "cpu" and cpu_has_avx512_bf16(),
+        disable_hybrid_manager=profile.disable_hybrid_kv_cache_manager,
+        chunked_with_hybrid=env.get("VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE", "1") != "0",
     )
+    if args.speculative_method == "mtp" and not shape.mtp_layers:
+        raise ConfigError(
+            f"speculative method {method!r} needs MTP layers, and this model's config declares none "
+            "(num_nextn_predict_layers / mtp_num_hidden_layers)",
+            source=src.config_path,
+            field="speculative_config.method",
+        )
+    if args.speculative_method not in (None, "mtp", "ngram", "ngram_gpu", "suffix"):
+        raise ConfigError(
+            f"speculative method {method!r}: the drafter's weights and KV layers are not planned yet "
+            "(MTP and n-gram are); plan without it for the target model alone",
+            field="speculative_config.method",
+        )
 
     kv = kv_per_token(shape, args.kv_cache_dtype, args.tensor_parallel_size)
     exact_extra = 0
     if args.tensor_parallel_size == 1 and args.pipeline_parallel_size == 1 and src.model_dir:
         ckpt = found if src.origin in ("directory", "hf-cache") else None
         if ckpt is not None and ckpt.total_bytes and spec == formats.detect(shape, src.hf_quant_config):
-            exact_extra = ckpt.total_bytes - sum(per_tensor)  # exact bytes from the files
+            # exact bytes from the files; MTP layers only when the checkpoint carries them
+            modelled = sum(b for t, b in zip(ts, per_tensor, strict=True) if not _is_mtp_tensor(t, shape))
+            if _ckpt_has_mtp(ckpt, shape):
+                modelled = sum(per_tensor)
+            exact_extra = ckpt.total_bytes - modelled
     if use_calibration is None:
         use_calibration = os.environ.get("VLAUNCH_NO_CALIBRATION") in (None, "", "0")
     calibrated = None
     if platform == "cpu" and cpu_rss_bytes is None and use_calibration:
-        calibrated = lookup_cpu_worker("cpu", vp.fmt_version(version), profile.vllm.python)
+        calibrated = lookup_cpu_worker("cpu", V.fmt_version(version), profile.vllm.python)
     gpu_terms = None
     if platform == "cuda" and use_calibration and profile.overhead_gib is None:
         key = machine_key(machine.name, machine.total_bytes)
-        terms = lookup_terms(key, vp.fmt_version(version))
+        terms = lookup_terms(key, V.fmt_version(version))
         if terms:
             nt_key = "non_torch_bytes_tp1" if args.tensor_parallel_size == 1 else "non_torch_bytes_tp_many"
             gpu_terms = budget.Calibrated(
@@ -233,7 +308,7 @@ def make_plan(
                     shape.model_type, terms.get("activation_scale")
                 ),
                 weights_scale=terms.get("weights_scale"),
-                note=f"calibrated from {terms.get('runs', 0)} run(s) of vLLM {vp.fmt_version(version)} on this {key}",
+                note=f"calibrated from {terms.get('runs', 0)} run(s) of vLLM {V.fmt_version(version)} on this {key}",
             )
     util = None if profile.gpu_memory_utilization == "auto" else float(profile.gpu_memory_utilization)
     overhead = None if profile.overhead_gib is None else gib_to_bytes(profile.overhead_gib)
@@ -285,7 +360,7 @@ def make_plan(
         )
     ranks = _rank_table(slots, preds, worst, shape, args)
     if calibrated is not None:
-        note = f"CPU worker memory calibrated from {calibrated.runs} run(s) of vLLM {vp.fmt_version(version)} here"
+        note = f"CPU worker memory calibrated from {calibrated.runs} run(s) of vLLM {V.fmt_version(version)} here"
         pred = dataclasses.replace(pred, notes=(*pred.notes, note))
     invalid = _tp_error(shape, args.tensor_parallel_size) or _max_len_error(shape, profile, env)
     hf_home = os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")

@@ -32,6 +32,22 @@ DTYPE_ALIASES: dict[str, Dtype] = {
 }  # fmt: skip
 
 LaunchMode = Literal["cli", "module", "container"]
+MambaDtype = Literal["auto", "float32", "bfloat16", "float16"]
+MambaCacheMode = Literal["auto", "none", "align"]
+Runner = Literal["auto", "generate", "pooling"]
+# vLLM 0.32's SpeculativeConfig fields a profile may set (vllm/config/speculative.py), and its methods.
+SPECULATIVE_KEYS = (
+    "method", "num_speculative_tokens", "model", "draft_tensor_parallel_size", "tensor_parallel_size",
+    "quantization", "kv_cache_dtype", "max_model_len", "revision", "code_revision", "enforce_eager",
+    "prompt_lookup_max", "prompt_lookup_min", "disable_padded_drafter_batch", "parallel_drafting",
+    "attention_backend", "moe_backend", "rejection_sample_method", "draft_sample_method",
+)  # fmt: skip
+SPECULATIVE_METHODS = (
+    "ngram", "medusa", "mlp_speculator", "draft_model", "suffix", "eagle", "eagle3", "mtp", "ngram_gpu", "dflash",
+    "dspark", "extract_hidden_states", "deepseek_mtp", "mimo_mtp", "mimo_v2_mtp", "glm4_moe_mtp",
+    "glm4_moe_lite_mtp", "ernie_mtp", "nemotron_h_mtp", "qwen3_next_mtp", "qwen3_5_mtp", "longcat_flash_mtp",
+    "exaone_moe_mtp", "pangu_ultra_moe_mtp", "step3p5_mtp",
+)  # fmt: skip
 LAUNCH_MODES: tuple[LaunchMode, ...] = get_args(LaunchMode)
 
 MachineName = Literal[
@@ -74,6 +90,16 @@ FIELD_HELP: dict[str, str] = {
     "language_model_only": "Serve a multimodal model as text only: vLLM skips its vision/audio encoders.",
     "limit_mm_per_prompt": "Items per prompt by modality, e.g. {image: 0}; encoders whose modalities are all 0 "
     "are not loaded.",
+    "speculative_config": "vLLM's speculative decoding: {method: mtp|eagle|eagle3|draft_model|ngram|…, "
+    "num_speculative_tokens: N, model: drafter}; MTP adds the checkpoint's MTP layers to weights and KV groups.",
+    "mamba_cache_dtype": "Dtype of Mamba / linear-attention conv state (auto: the model's dtype).",
+    "mamba_ssm_cache_dtype": "Dtype of the SSM / recurrent state (auto: the model's default, e.g. float32 for "
+    "Qwen3.5 and Nemotron-H).",
+    "mamba_cache_mode": "How many state blocks a request keeps: auto (align with prefix caching), none or align.",
+    "enable_prefix_caching": "Prefix caching (vLLM's default: on for generative models); turns mamba align mode on.",
+    "disable_hybrid_kv_cache_manager": "Allocate sliding-window and chunked layers like full attention (vLLM's "
+    "--disable-hybrid-kv-cache-manager).",
+    "runner": "auto, generate or pooling (embedding/reranking models: encoders keep no KV cache).",
     "nodes": "Multi-node launch: a list of {host, role: head|worker, machine, gpus, ssh, os_reserve_gib}.",
     "nodes.host": "Address the other nodes reach this one at (the head's is Ray's address).",
     "nodes.role": "head (runs Ray's head and vllm serve) or worker.",
@@ -182,6 +208,13 @@ class Profile:
     enable_expert_parallel: bool = False
     language_model_only: bool = False
     limit_mm_per_prompt: tuple[tuple[str, int], ...] = ()  # (modality, items per prompt) in file order
+    speculative_config: tuple[tuple[str, Any], ...] = ()  # vLLM's SpeculativeConfig keys, in file order
+    mamba_cache_dtype: MambaDtype = "auto"
+    mamba_ssm_cache_dtype: MambaDtype = "auto"
+    mamba_cache_mode: MambaCacheMode = "auto"
+    enable_prefix_caching: bool | None = None
+    disable_hybrid_kv_cache_manager: bool = False
+    runner: Runner = "auto"
     nodes: tuple[NodeSpec, ...] = ()
     vllm: VllmSection = field(default_factory=VllmSection)
     source: str | None = field(default=None, compare=False)  # the file it was read from; not a YAML key
@@ -206,7 +239,12 @@ class Profile:
         out["vllm"] = self.vllm.to_json()
         out["nodes"] = [n.to_json() for n in self.nodes]
         out["limit_mm_per_prompt"] = dict(self.limit_mm_per_prompt)
+        out["speculative_config"] = dict(self.speculative_config)
         return out
+
+    @property
+    def speculative(self) -> dict[str, Any]:
+        return dict(self.speculative_config)
 
     def modality_limit(self, modality: str) -> int | None:
         """Items of `modality` a prompt may carry as vLLM resolves it (0 when text only; None: vLLM's default)."""
@@ -600,6 +638,36 @@ def _mm_limits(v: object, path: str, ctx: _Ctx) -> Any:
     return tuple(out)
 
 
+def _speculative(v: object, path: str, ctx: _Ctx) -> Any:
+    """vLLM's --speculative-config: a mapping of SpeculativeConfig keys."""
+    if v is None:
+        return ()
+    if isinstance(v, tuple):
+        v = dict(v)  # the typed form, from with_overrides
+    if not isinstance(v, Mapping):
+        ctx.fail(path, f"must be a mapping, e.g. {{method: mtp, num_speculative_tokens: 1}}, got {_show(v)}")
+    _check_keys(v, SPECULATIVE_KEYS, path, ctx)
+    out: list[tuple[str, Any]] = []
+    for key, value in v.items():
+        p = _join(path, key)
+        if key == "method":
+            value = _choice(value, p, ctx, SPECULATIVE_METHODS)
+        elif key in ("num_speculative_tokens", "draft_tensor_parallel_size", "tensor_parallel_size",
+                     "max_model_len", "prompt_lookup_max", "prompt_lookup_min"):  # fmt: skip
+            value = _int(value, p, ctx)
+        elif key in ("enforce_eager", "disable_padded_drafter_batch", "parallel_drafting"):
+            value = _bool(value, p, ctx)
+        else:
+            value = _str(value, p, ctx)
+        out.append((key, value))
+    d = dict(out)
+    if "method" not in d and "model" not in d:
+        ctx.fail(path, "needs a method (e.g. mtp) or a drafter model")
+    if d.get("method") not in ("ngram", "suffix", "ngram_gpu", None) and "num_speculative_tokens" not in d:
+        ctx.fail(_join(path, "num_speculative_tokens"), "missing; e.g. 1 for MTP")
+    return tuple(out)
+
+
 _Check = Callable[[object, str, _Ctx], Any]
 
 _VLLM_FIELDS: dict[str, _Check] = {
@@ -685,6 +753,13 @@ _FIELDS: dict[str, _Check] = {
     "enable_expert_parallel": _bool,
     "language_model_only": _bool,
     "limit_mm_per_prompt": _mm_limits,
+    "speculative_config": _speculative,
+    "mamba_cache_dtype": lambda v, p, c: _choice(v, p, c, get_args(MambaDtype)),
+    "mamba_ssm_cache_dtype": lambda v, p, c: _choice(v, p, c, get_args(MambaDtype)),
+    "mamba_cache_mode": lambda v, p, c: _choice(v, p, c, get_args(MambaCacheMode)),
+    "enable_prefix_caching": lambda v, p, c: None if v is None else _bool(v, p, c),
+    "disable_hybrid_kv_cache_manager": _bool,
+    "runner": lambda v, p, c: _choice(v, p, c, get_args(Runner)),
     "nodes": _nodes,
     "vllm": _vllm,
 }
@@ -713,4 +788,5 @@ def _raw_profile(p: Profile) -> dict[str, Any]:
     raw["vllm"] = _raw_vllm(p.vllm)
     raw["nodes"] = [n.to_json() for n in p.nodes]
     raw["limit_mm_per_prompt"] = dict(p.limit_mm_per_prompt)
+    raw["speculative_config"] = dict(p.speculative_config) or None
     return raw

@@ -5,9 +5,12 @@ from __future__ import annotations
 import shlex
 from typing import Literal
 
-from launcher import vllm_pool as vp
+from launcher.budget import Prediction
 from launcher.planning import Plan
-from launcher.units import GiB, KiB
+from launcher.units import GiB, KiB, MiB
+from launcher.vllm import pool as vp
+from launcher.vllm import versions as V
+from launcher.vllm.specs import MambaSpec
 
 
 def _g(b: int | float) -> str:
@@ -21,6 +24,7 @@ _BAR_CHARS = {
     "OS reserve": ("░", ":"),
     "weights": ("█", "#"),
     "KV cache": ("▓", "="),
+    "state": ("▤", "~"),
     "activation": ("▒", "+"),
     "overhead": ("▞", "-"),
     "free": ("·", "."),
@@ -55,6 +59,49 @@ def memory_bar(
     ]
 
 
+def _hybrid_lines(plan: Plan) -> list[str]:
+    """What vLLM does with a model whose layers keep different caches: state, block size, groups, padding."""
+    p, a = plan.prediction, plan.prediction.args
+    lay = p.layout
+    out: list[str] = []
+    if lay.mamba_page_bytes:
+        state_layers = lay.state_layers()
+        attn_layers = lay.layers_on_rank - state_layers
+        out.append(
+            f"  state per request: {p.state_bytes_per_request / MiB:,.2f} MiB over {state_layers} "
+            f"Mamba/linear-attention layers ({lay.mamba_page_bytes / KiB:,.1f} KiB each, SSM state "
+            f"{a.mamba_ssm_cache_dtype}), mamba_cache_mode {a.mamba_cache_mode}: vLLM keeps "
+            f"{_state_blocks(p)} state block(s) per layer per request"
+        )
+        out.append(
+            f"  hybrid: the state is fixed per request and only {attn_layers} of {lay.layers_on_rank} layers grow "
+            'with context, so "KV per token × tokens" does not size this model: users × (state + KV of the '
+            "attention layers) does"
+        )
+        if lay.aligned:
+            out.append(
+                f"  attention block size {lay.block_size} tokens (vLLM raises it from {lay.requested_block_size} so "
+                f"an attention page ≥ the {lay.mamba_page_bytes / KiB:,.1f} KiB state page; the state page is "
+                f"padded {100 * (lay.page_bytes - lay.mamba_page_bytes) / lay.mamba_page_bytes:.2f}%)"
+            )
+    if lay.hybrid:
+        kinds: dict[str, int] = {}
+        for g in lay.groups:
+            kinds[g.kind] = kinds.get(g.kind, 0) + 1
+        groups = ", ".join(f"{n} × {k}" for k, n in kinds.items())
+        pad = sum(lay.padding_layers)
+        out.append(
+            f"  KV cache groups: {lay.n_groups} of {lay.group_size} layers ({groups})"
+            + (f"; {pad} padding layer(s)" if pad else "")
+        )
+    return out
+
+
+def _state_blocks(p: Prediction) -> int:
+    ctx = p.args.cache_settings().context()
+    return next((g.blocks_per_request(ctx) for g in p.layout.groups if isinstance(g.spec, MambaSpec)), 0)
+
+
 def render_plan(plan: Plan, *, bar: BarStyle | None = "ascii") -> str:
     """The plan as text; `bar` adds the memory bar under the bucket table (None: no bar)."""
     p, prof, m = plan.prediction, plan.profile, plan.machine
@@ -62,7 +109,7 @@ def render_plan(plan: Plan, *, bar: BarStyle | None = "ascii") -> str:
     kind = "unified memory" if m.unified else f"{m.gpus} GPU(s)" if m.gpus > 1 else "per GPU"
     lines = [
         f"{prof.name}: {prof.model} on {m.name} ({m.total_bytes / GiB:.2f} GiB, {kind}), "
-        f"vLLM {vp.fmt_version(a.version)} ({a.engine}, {a.platform})",
+        f"vLLM {V.fmt_version(a.version)} ({a.engine}, {a.platform})",
         f"  {plan.spec.describe()}, max_model_len {a.max_model_len:,}, {prof.users} users, "
         f"tp {a.tensor_parallel_size}"
         + (f", pp {a.pipeline_parallel_size}" if a.pipeline_parallel_size > 1 else "")
@@ -74,9 +121,27 @@ def render_plan(plan: Plan, *, bar: BarStyle | None = "ascii") -> str:
     rows = []
     if p.os_reserve_bytes:
         rows.append(("OS reserve", p.os_reserve_bytes, "left to the OS, page cache and desktop"))
+    lay = p.layout
+    kv_rows: list[tuple[str, int, str]] = [
+        ("KV cache", p.kv_need_bytes, f"{prof.users} × {a.max_model_len:,} tokens × {per_tok / KiB:.1f} KiB")
+    ]
+    if p.state_need_bytes:
+        attn_layers = lay.layers_on_rank - lay.state_layers()
+        kv_rows = [
+            (
+                "KV cache",
+                p.kv_need_bytes - p.state_need_bytes,
+                f"{prof.users} × {a.max_model_len:,} tokens, {attn_layers} of {lay.layers_on_rank} layers",
+            ),
+            (
+                "state",
+                p.state_need_bytes,
+                f"{prof.users} × {p.state_request_bytes / MiB:,.1f} MiB per request, any length",
+            ),
+        ]
     rows += [
         ("weights", p.weights_bytes, plan.spec.describe() + (" per rank" if a.tensor_parallel_size > 1 else "")),
-        ("KV cache", p.kv_need_bytes, f"{prof.users} × {a.max_model_len:,} tokens × {per_tok / KiB:.1f} KiB"),
+        *kv_rows,
         ("activation", p.activation_peak_bytes, f"profiling peak ({p.activation.model})"),
         (
             "overhead",
@@ -100,7 +165,7 @@ def render_plan(plan: Plan, *, bar: BarStyle | None = "ascii") -> str:
         f"  gpu_memory_utilization {p.gpu_memory_utilization:.2f} → vLLM claims {p.requested_bytes / GiB:.2f} GiB; "
         f"{p.util_reason}"
     )
-    lay = p.layout
+    lines += _hybrid_lines(plan)
     lines.append(
         f"  available KV {p.available_kv_bytes / GiB:.2f} GiB → {p.pool.num_blocks:,} blocks of {lay.block_size} "
         f"tokens ({lay.bytes_per_block / KiB:,.0f} KiB each"

@@ -18,10 +18,21 @@ BUCKETS: tuple[tuple[str, str, str], ...] = (
     ("os", "OS reserve", "os_reserve_bytes"),
     ("weights", "weights", "weights_bytes"),
     ("kv", "KV cache", "kv_need_bytes"),
+    ("state", "state", "state_need_bytes"),
     ("activation", "activation", "activation_peak_bytes"),
     ("overhead", "overhead", "overhead_bytes"),
 )
 _BIGGEST = {"weights": "weights", "kv_cache": "kv", "activation": "activation", "overhead": "overhead"}
+
+
+def _bytes(plan: dict[str, Any], key: str, field: str) -> int:
+    """A bucket's bytes: a hybrid's Mamba / linear-attention state is drawn apart from its KV cache."""
+    state = int(plan.get("state_need_bytes") or 0)
+    if key == "kv":
+        return int(plan[field]) - state
+    if key == "state":
+        return state
+    return int(plan[field])
 
 
 def _pct(b: int, scale: int) -> str:
@@ -42,6 +53,11 @@ def _detail(plan: dict[str, Any], key: str) -> str:
             f"{plan['users']} users × {int(plan['max_model_len'] or 0):,} tokens × "
             f"{int(plan['kv_bytes_per_token']) / 1024:.1f} KiB"
         )
+    if key == "state":
+        return (
+            f"{plan['users']} users × {int(plan.get('state_request_bytes') or 0) / 2**20:,.1f} MiB of state per "
+            "request, whatever the context length"
+        )
     if key == "activation":
         model = (plan.get("activation") or {}).get("model")
         return f"profiling peak ({model})" if model else "profiling peak"
@@ -52,7 +68,7 @@ def _detail(plan: dict[str, Any], key: str) -> str:
 
 
 def used_bytes(plan: dict[str, Any]) -> int:
-    return sum(int(plan[k]) for _, _, k in BUCKETS)
+    return sum(_bytes(plan, key, k) for key, _, k in BUCKETS)
 
 
 def bar(plan: dict[str, Any], scale: int) -> dict[str, Any]:
@@ -62,8 +78,8 @@ def bar(plan: dict[str, Any], scale: int) -> dict[str, Any]:
     segments: list[dict[str, Any]] = []
     left = 0
     for key, label, field in BUCKETS:
-        b = int(plan[field])
-        if b <= 0 and key == "os":
+        b = _bytes(plan, key, field)
+        if b <= 0 and key in ("os", "state"):
             continue
         segments.append(
             {
@@ -116,8 +132,8 @@ def bucket_rows(plan: dict[str, Any]) -> list[dict[str, Any]]:
     capacity = int(plan["machine_total_bytes"])
     rows = []
     for key, label, field in BUCKETS:
-        b = int(plan[field])
-        if key == "os" and b <= 0:
+        b = _bytes(plan, key, field)
+        if key in ("os", "state") and b <= 0:
             continue
         rows.append(
             {
@@ -136,7 +152,7 @@ def bucket_rows(plan: dict[str, Any]) -> list[dict[str, Any]]:
 def _num(x: Any, unit: str) -> str:
     if x is None:
         return "—"
-    return f"{x:,.0f}" if unit in ("tokens", "blocks") else f"{x:,.2f}"
+    return f"{x:,.0f}" if unit in ("tokens", "blocks", "groups", "layers") else f"{x:,.2f}"
 
 
 def comparison_rows(diff: dict[str, Any]) -> list[dict[str, Any]]:

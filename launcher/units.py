@@ -43,3 +43,8 @@ def parse_size(text: str) -> int:
     if unit not in _UNITS:
         raise ValueError(f"unknown unit {m.group(2)!r} in {text!r}; use B, KB, MB, GB, KiB, MiB or GiB")
     return round(float(number) * _UNITS[unit])
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling division of integers (vLLM's cdiv): how many b-sized pieces cover a."""
+    return -(-a // b)

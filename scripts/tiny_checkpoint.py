@@ -20,6 +20,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
+ENCODER_TYPES = {"bert", "roberta", "xlm-roberta"}
+
+
 def header(path: Path) -> dict[str, list[object]]:
     with path.open("rb") as f:
         (n,) = struct.unpack("<Q", f.read(8))
@@ -44,7 +47,17 @@ def main() -> None:
             if cfg.model_type in names and cfg.model_type not in ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
                 auto = getattr(transformers, cls)
         torch.manual_seed(0)
-        model = auto.from_config(cfg, dtype=torch.bfloat16)
+        if cfg.model_type in ENCODER_TYPES:
+            # encoders vLLM serves with --runner pooling: the class their architectures name (BertModel…), not
+            # transformers' causal-LM class for them
+            archs = getattr(cfg, "architectures", None) or []
+            cls = getattr(transformers, archs[0], None) if archs else None
+            if cls is not None:
+                model = cls._from_config(cfg, dtype=torch.bfloat16)
+            else:
+                model = transformers.AutoModel.from_config(cfg, dtype=torch.bfloat16)
+        else:
+            model = auto.from_config(cfg, dtype=torch.bfloat16)
         saved = Path(tmp) / "saved"
         model.save_pretrained(saved)
         tensors: dict[str, list[object]] = {}

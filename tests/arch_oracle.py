@@ -53,7 +53,8 @@ _PART = {"embedding": "embed", "lm_head": "lm_head", "attention": "attn", "mixer
 
 
 def oracle_buckets(ts: list[Tensor], *, full_multimodal: bool) -> dict[str, int]:
-    """Our tensors in the oracle's columns: norms wherever they sit; towers in `other` (full rows) or left out."""
+    """Our tensors in the oracle's columns: norms wherever they sit (but under lm_head, which the oracle names
+    first: RoBERTa's lm_head.layer_norm); towers in `other` (full rows) or left out."""
     out = dict.fromkeys(COLUMNS, 0)
     for t in ts:
         if t.role == "buffer":
@@ -62,7 +63,7 @@ def oracle_buckets(ts: list[Tensor], *, full_multimodal: bool) -> dict[str, int]
             if full_multimodal:
                 out["other"] += t.numel
             continue
-        out["norms" if t.role == "norm" else _PART[t.part]] += t.numel
+        out["norms" if t.role == "norm" and t.part != "lm_head" else _PART[t.part]] += t.numel
     return out
 
 

@@ -67,10 +67,24 @@ def test_text_only_flags_drop_the_vision_tower() -> None:
 
 
 def test_plan_refuses_cache_kinds_it_does_not_predict() -> None:
-    hybrid = FIXTURES / "configs-v2" / "configs" / "qwen3_next--default.json"
-    r = CliRunner().invoke(main, ["plan", "--config", str(hybrid), "--machine", "dgx-spark"])
+    compressed = FIXTURES / "configs-v2" / "configs" / "deepseek_v4--default.json"
+    r = CliRunner().invoke(main, ["plan", "--config", str(compressed), "--machine", "h200"])
     assert r.exit_code == 2
-    assert "linear_attention" in r.stderr and "not predicted" in r.stderr
+    assert "compressed_attention" in r.stderr and "not predicted" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_plan_predicts_a_hybrid_pool() -> None:
+    hybrid = FIXTURES / "configs-v2" / "configs" / "qwen3_next--default.json"
+    r = CliRunner().invoke(main, ["plan", "--config", str(hybrid), "--machine", "h100-80gb", "--json"])
+    assert r.exit_code == 3, r.stderr  # 160 GB of bf16 weights do not fit one H100; the pool is still planned
+    plan = json.loads(r.stdout)
+    # Qwen3-Next-80B-A3B: 36 Gated DeltaNet + 12 full-attention layers. A GDN state is a conv of
+    # (2×16×128 + 32×128) × 3 and 32 matrices of 128×128, bf16: 1,097,728 bytes; the attention page per token
+    # is 2 KV heads × 256 × 2 (K, V) × 2 bytes = 2,048: 16 × cdiv(1,097,728, 16 × 2,048) = 544 tokens.
+    assert plan["block_size"] == 544
+    assert plan["state_bytes_per_request"] == 36 * 1_097_728
+    assert plan["kv_cache_groups"] == 4 and plan["padding_layers"] == 0
 
 
 def test_a_tower_goes_only_when_all_its_modalities_are_off() -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from launcher import guard
 from launcher.launch import Stage, Watcher, cache_config_info, metrics_check, new_log_paths
-from launcher.logparse import parse_text
+from launcher.vllm.logs import parse_text
 
 GRAB = """
 import sys, time

@@ -1,4 +1,4 @@
-"""Robustness of launcher/logparse.py against how real vLLM logs reach us.
+"""Robustness of launcher/vllm/logs.py against how real vLLM logs reach us.
 
 Inputs are built from lines copied out of tests/fixtures/logs (never retyped), perturbed the way logs get perturbed
 in the wild: colour codes, process prefixes, docker/journald timestamps, CRLF, terminal/forum wrapping, interleaved
@@ -24,8 +24,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from launcher import logparse
-from launcher.logparse import LogFacts, LogParser, parse_stream, parse_text
+from launcher.vllm import logs
+from launcher.vllm.logs import LogFacts, LogParser, parse_stream, parse_text
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 
@@ -220,7 +220,7 @@ def check(f: LogFacts, expected: dict[str, Any], where: str = "") -> None:
     dumps_ok(f)
 
 
-def assert_one_line(failure: logparse.Failure) -> None:
+def assert_one_line(failure: logs.Failure) -> None:
     for text in (failure.message, failure.fix):
         assert text.strip(), failure
         assert "\n" not in text and "\r" not in text, failure
@@ -296,7 +296,7 @@ def test_every_fixture_same_through_text_and_stream(name: str) -> None:
 def test_stream_chunk_boundaries(monkeypatch: pytest.MonkeyPatch, name: str, chunk: int) -> None:
     """Reading in small chunks (lines cross every chunk boundary) changes nothing while lines fit 4 chunks."""
     whole = parse_stream(io.BytesIO(raw(name))).to_json()
-    monkeypatch.setattr(logparse, "CHUNK", chunk)
+    monkeypatch.setattr(logs, "CHUNK", chunk)
     assert parse_stream(io.BytesIO(raw(name))).to_json() == whole
 
 
@@ -706,7 +706,7 @@ FUZZ = settings(max_examples=300, deadline=None, database=None, suppress_health_
 SMALL_LOGS = [n for n in ALL_LOGS if len(raw(n)) < 4000] + [CPU_FAIL]
 REAL_LINES = sorted({ln for n in (LLAMA, GPTOSS, V0, GATE, V0_KV, SAMPLER, GRAPH) for ln in lines(n) if ln})
 FRAGMENTS = [
-    *(kw.decode() for kw in logparse.KEYWORDS),
+    *(kw.decode() for kw in logs.KEYWORDS),
     *PREFIXES, DOCKER, JOURNALD, "\x1b[32m", "\x1b[0m", "\x1b]8;;x\x07", "\x1b]", "\x07", "\r", "\n", "\r\n", " ", ": ",
     "(", ")", ", ", " GiB", "GB", " tokens", "x", "%", "58.11", "8,192", "476,016", "-0.3", "0", "1e5", "{", "}",
     "'max_model_len': ", "ValueError: ", "Traceback", "ERROR ", "INFO ", "per\nrequest: ", "\x00", "\ufffd",
@@ -873,11 +873,11 @@ def test_bug_wrapped_second_tp_worker_is_dropped() -> None:
 def test_bug_stream_continuation_across_a_chunk_boundary() -> None:
     head = real(LLAMA, "Available KV cache memory").split(" 58.11")[0].encode() + b"\n"  # "...memory:"
     noise = real(LLAMA, "Chunked prefill").replace("Chunked prefill", "Noise").encode() + b"\n"
-    pad = logparse.CHUNK - len(head)
+    pad = logs.CHUNK - len(head)
     filler = noise * (pad // len(noise))
     filler += b"x" * (pad - len(filler) - 1) + b"\n" if pad > len(filler) else b""
     data = filler + head + b" 58.11 GiB\n"
-    assert len(filler + head) == logparse.CHUNK
+    assert len(filler + head) == logs.CHUNK
     assert parse_stream(io.BytesIO(data[-2000:])).available_kv_gib == 58.11  # fine away from the boundary
     assert parse_stream(io.BytesIO(data)).available_kv_gib == 58.11
 

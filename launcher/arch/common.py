@@ -153,8 +153,19 @@ def build(c: Cfg, meta: Meta, *, vocab: int, hidden: int, layers: Sequence[Any],
         quantization_config=meta.quantization_config,
         defaults_used=tuple(sorted(c.used)),
         wrapper_type=meta.wrapper_type,
+        ssm_state_dtype=_ssm_dtype(c),
         **kw,
     )
+
+
+def _ssm_dtype(c: Cfg) -> str | None:
+    """The SSM / recurrent state dtype a config names (Qwen3.5 `mamba_ssm_dtype`, Nemotron-H
+    `mamba_ssm_cache_dtype`); vLLM keeps the state in it when --mamba-ssm-cache-dtype is auto."""
+    for key in ("mamba_ssm_dtype", "mamba_ssm_cache_dtype"):
+        v = c.raw.get(key)
+        if isinstance(v, str) and v:
+            return v
+    return None
 
 
 def text_config(c: Cfg, meta: Meta, text_type: str, defaults: Mapping[str, Any] | None,

@@ -98,6 +98,7 @@ class Attention(Mixer):
     names: tuple[str, str, str, str] = ("q_proj", "k_proj", "v_proj", "o_proj")
     name: str = "self_attn"
     shares_kv_with: int | None = None  # reads this layer's KV cache and keeps none (Gemma 3n)
+    causal: bool = True  # False: bidirectional (an encoder's: BERT), vLLM's EncoderOnlyAttention caches nothing
     part: Part = "attention"
     extra: tuple[Tensor, ...] = ()
 
@@ -156,6 +157,8 @@ class Attention(Mixer):
             out["v_head_dim"] = self.v_head_dim
         if self.shares_kv_with is not None:
             out["shares_kv_with"] = self.shares_kv_with
+        if not self.causal:
+            out["bidirectional"] = True
         return out
 
 

@@ -48,6 +48,7 @@ ALIASES: dict[str, str] = {
     "qwen3_moe": "qwen3",
     "qwen3_vl_moe": "qwen3_vl",
     "qwen4_exp_text": "qwen4_exp",
+    "xlm-roberta": "roberta",
 }
 
 # vLLM architecture -> the model_type it is read as, for configs whose model_type vlaunch does not know
@@ -203,6 +204,24 @@ VLLM_ARCHITECTURES: dict[str, str | None] = {
     "SmolLM3ForCausalLM": "smollm3",
     "Starcoder2ForCausalLM": "starcoder2",
     "VaultGemmaForCausalLM": "vaultgemma",
+}
+
+# vLLM 0.32's pooling architectures (`--runner pooling`: _EMBEDDING_MODELS, _SEQUENCE_CLASSIFICATION_MODELS,
+# _TOKEN_CLASSIFICATION_MODELS) that a family reads, and the model_type of their configs: the BERT-style encoders.
+VLLM_POOLING_ARCHITECTURES: dict[str, str] = {
+    "BertModel": "bert",
+    "BertForMaskedLM": "bert",
+    "BertSpladeSparseEmbeddingModel": "bert",
+    "BertForSequenceClassification": "bert",
+    "BertForTokenClassification": "bert",
+    "RobertaModel": "roberta",
+    "RobertaForMaskedLM": "roberta",
+    "RobertaForSequenceClassification": "roberta",
+    "RobertaForTokenClassification": "roberta",
+    "XLMRobertaModel": "xlm-roberta",
+    "BgeM3EmbeddingModel": "xlm-roberta",
+    "XLMRobertaForSequenceClassification": "xlm-roberta",
+    "XLMRobertaForTokenClassification": "xlm-roberta",
 }
 
 # Why an architecture vLLM serves is read generically rather than by a family.

@@ -28,6 +28,11 @@ class Tower(ABC):
     def patches_per_item(self) -> int:
         """Encoder tokens for one image (or one audio clip) at the default resolution."""
 
+    @property
+    def tokens_per_item(self) -> int:
+        """Text-side embeddings one item becomes (what vLLM's encoder budget counts); 256 unless a tower says."""
+        return 256
+
 
 @dataclass(frozen=True, kw_only=True)
 class SiglipVision(Tower):

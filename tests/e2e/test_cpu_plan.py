@@ -7,10 +7,11 @@ predicted from that calibration, as `serve` does for every user.
 
 from __future__ import annotations
 
-from launcher import calibration, logparse
+from launcher import calibration
 from launcher.planning import make_plan
 from launcher.profiles import load_profile
 from launcher.units import GiB
+from launcher.vllm import logs
 from tests.e2e.conftest import ROOT
 
 
@@ -23,14 +24,14 @@ def _launch(start_vllm, util: float, max_model_len: int):
     assert server.wait_for("KV cache size:"), server.text()[-3000:]
     text = server.text()
     server.stop()
-    logged = logparse.KV_CACHE_SIZE.search(text)
-    auto = logparse.CPU_AUTO_SET.search(text)
+    logged = logs.KV_CACHE_SIZE.search(text)
+    auto = logs.CPU_AUTO_SET.search(text)
     assert logged and auto, text[-3000:]
-    seen_total = logparse.number(auto["total"])
+    seen_total = logs.number(auto["total"])
     if abs(seen_total - plan.machine.total_bytes / GiB) > 0.01:
         # The node's memory changed between plan and launch (memory hot-plug on this VM): plan for what vLLM saw.
         plan = make_plan(profile.with_overrides(gpu_memory_gib=seen_total))
-    return profile, plan, int(logparse.number(logged["tokens"])), seen_total
+    return profile, plan, int(logs.number(logged["tokens"])), seen_total
 
 
 def test_predicted_pool_within_1_percent(vllm_ready: None, start_vllm) -> None:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from launcher import cluster, logparse
+from launcher import cluster
 from launcher.planning import make_plan
 from launcher.profiles import load_profile, profile_from_mapping
 from launcher.units import GiB
+from launcher.vllm import logs
 from tests.e2e.conftest import ROOT, VLLM_PYTHON
 
 
@@ -42,12 +43,12 @@ def test_tp2_on_cpu_pool_per_rank(vllm_ready: None, start_vllm) -> None:
     assert server.wait_for("KV cache size:"), server.text()[-3000:]
     text = server.text()
     server.stop()
-    autos = list(logparse.CPU_AUTO_SET.finditer(text))
+    autos = list(logs.CPU_AUTO_SET.finditer(text))
     assert len(autos) == 2  # each rank claims its share of the node
-    seen_total = logparse.number(autos[0]["total"])
+    seen_total = logs.number(autos[0]["total"])
     if abs(seen_total - plan.machine.total_bytes / GiB) > 0.01:
         plan = make_plan(profile.with_overrides(gpu_memory_gib=seen_total))
-    logged = int(logparse.number(logparse.KV_CACHE_SIZE.search(text)["tokens"]))  # type: ignore[index]
+    logged = int(logs.number(logs.KV_CACHE_SIZE.search(text)["tokens"]))  # type: ignore[index]
     predicted = plan.prediction.pool.tokens
     print(f"tp=2: predicted {predicted:,} logged {logged:,} ({100 * (predicted - logged) / logged:+.2f}%)")
     assert abs(predicted - logged) / logged <= 0.02

@@ -87,6 +87,10 @@ class Qwen25Vision(Tower):
     def patches_per_item(self) -> int:
         return self.max_pixels // (self.patch_size * self.patch_size)
 
+    @property
+    def tokens_per_item(self) -> int:
+        return self.patches_per_item // (self.merge * self.merge)  # merge × merge patches per text token
+
     def tensors(self) -> list[Tensor]:
         hv, iv, p = self.hidden, self.intermediate, self.prefix
         k = (self.temporal_patch_size, self.patch_size, self.patch_size)

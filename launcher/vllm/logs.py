@@ -1,0 +1,1352 @@
+"""Every vLLM startup-log line vlaunch understands, in one place.
+
+Each line is a `Pattern`: a name, a compiled regex, a real example line (and the other wordings other versions
+print), the versions that print it, the vLLM file that prints it, the boot stage it marks (if any) and the literal
+keywords that the stream pre-filter looks for. `PATTERNS` lists them all; the pre-filter's `KEYWORDS` and the boot
+stages' `STAGE_TRIGGERS` are derived from it. The log text is not a stable interface; tests/fixtures/logs are the
+spec. Patterns never anchor at the line start: vLLM prefixes lines with process names, levels, timestamps and
+file:line.
+
+`LogParser.feed(line)` takes one line at a time (the live watcher of `serve` uses it); `parse_stream` reads
+any file in constant memory, handing the parser only the lines that can matter (a keyword pre-filter over
+large chunks keeps request-log noise away from the regexes).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+from collections import deque
+from collections.abc import Callable, Generator, Iterable, Iterator
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import IO, Any
+
+import regex as re
+
+_N = r"-?[0-9][0-9,]*(?:\.[0-9]+)?"  # 34,952 / 34952 / 12.5 / 12.50 / -0.3 / -4.74 (a DGX Spark's graph memory)
+
+
+def number(text: str) -> float:
+    """'34,952' -> 34952.0, '12.5' -> 12.5, '-4.74' -> -4.74. Absurd figures (no finite float) raise ValueError."""
+    v = float(text.replace(",", "")[:40])
+    if v != v or v in (float("inf"), float("-inf")):
+        raise ValueError(text)
+    return v
+
+
+class Stage(Enum):
+    """vLLM's boot, in order; a pattern's `stage` is the one its line starts."""
+
+    STARTING = "starting"
+    LOADING = "loading weights"
+    PROFILING = "profiling"
+    KV = "KV cache allocated"
+    GRAPHS = "CUDA graphs / warm-up"
+    READY = "API up"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """One kind of line vLLM prints."""
+
+    name: str
+    regex: re.Pattern[str]
+    example: str  # a real line (or one written from the format string in `source`, where no log had it)
+    versions: str  # the vLLM versions that print it, e.g. "0.11.1+"
+    source: str  # the vLLM file (and call) that prints it
+    keywords: tuple[str, ...]  # literals for the pre-filter: every line the regex matches holds one of them
+    stage: Stage | None = None  # the boot stage its line starts; then its keywords are that stage's triggers
+    variants: tuple[str, ...] = ()  # the same line as other versions word it
+
+    def search(self, line: str) -> re.Match[str] | None:
+        return self.regex.search(line)
+
+    def finditer(self, text: str) -> Iterator[re.Match[str]]:
+        return self.regex.finditer(text)
+
+
+def _p(
+    name: str,
+    regex: str,
+    *,
+    example: str,
+    versions: str,
+    source: str,
+    keywords: tuple[str, ...],
+    stage: Stage | None = None,
+    variants: tuple[str, ...] = (),
+    flags: int = 0,
+) -> Pattern:
+    return Pattern(name, re.compile(regex, flags), example, versions, source, keywords, stage, variants)
+
+
+# --- cleaning --------------------------------------------------------------------------------------------------
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
+
+# --- version and configuration ---------------------------------------------------------------------------------
+
+VERSION = _p(
+    "version",
+    r"(?:vLLM API server version|\bversion|LLM engine \(v)\s*v?(?P<version>\d+\.\d+(?:\.\d+)*(?:\.?(?:post|dev|rc)\d+)?"
+    r"(?:\+[\w.]+)?)",
+    example="(APIServer pid=1) INFO 04-22 00:02:45 [entrypoints/utils.py:299]  ▄▄ ▄█ █     █     █ ▀▄▀ █  "
+    "version 0.19.0",
+    versions="banner 0.11+; 'vLLM API server version' 0.4-0.10; engine line V0 0.6-0.10, V1 0.8+",
+    source="entrypoints/utils.py (banner); entrypoints/openai/api_server.py; v1/engine/core.py",
+    keywords=("version", "config"),  # the engine line holds "with config:"
+    variants=(
+        "(APIServer pid=1) INFO 09-10 23:26:20 [api_server.py:1805] vLLM API server version 0.10.1.1",
+        "INFO 05-30 16:22:20 llm_engine.py:234] Initializing a V0 LLM engine (v0.7.2) with config: model='Qwen/…'",
+    ),
+)
+ENGINE_CONFIG = _p(
+    "engine_config",
+    r"Initializing an? (?:(?P<engine>V[01]) )?LLM engine (?:\(v[^)]*\) )?with config: (?P<config>.*)",
+    example="INFO 05-30 16:22:20 llm_engine.py:234] Initializing a V0 LLM engine (v0.7.2) with config: "
+    "model='Qwen/Qwen2.5-1.5B-Instruct', speculative_config=None, tokenizer='Qwen/Qwen2.5-1.5B-Instruct', "
+    "dtype=torch.bfloat16, max_seq_len=32768, tensor_parallel_size=1, pipeline_parallel_size=1",
+    versions="V0 0.6-0.10; V1 0.8+ ('Initializing a V1 LLM engine (v0.8.5) with config')",
+    source="v1/engine/core.py: 'Initializing a V1 LLM engine (v%s) with config: %s' (VllmConfig.__str__)",
+    keywords=("config",),
+)
+NON_DEFAULT_ARGS = _p(
+    "non_default_args",
+    r"non-default args: (?P<args>\{.*\})",
+    example="(APIServer pid=1) INFO 04-22 00:03:36 [entrypoints/utils.py:233] non-default args: {'model_tag': "
+    "'meta-llama/Llama-3.1-8B-Instruct', 'max_model_len': 8192, 'gpu_memory_utilization': 0.95}",
+    versions="0.8.5+",
+    source="entrypoints/utils.py: 'non-default args: %s'",
+    keywords=("non-default",),
+)
+CHUNKED_PREFILL = _p(
+    "chunked_prefill",
+    r"Chunked prefill is enabled with max_num_batched_tokens=(?P<mnbt>\d+)",
+    example="(APIServer pid=1) INFO 04-22 00:03:36 [config/scheduler.py:238] Chunked prefill is enabled with "
+    "max_num_batched_tokens=8192.",
+    versions="0.6+",
+    source="config/scheduler.py",
+    keywords=("Chunked",),
+)
+
+# --- boot stages without numbers -------------------------------------------------------------------------------
+
+LOAD_START = _p(
+    "load_start",
+    r"Starting to load model|Loading (?:weights|model weights|safetensors)",
+    example="(Worker pid=13686) INFO 11-29 20:30:24 [cpu_model_runner.py:68] Starting to load model "
+    ".cache/tiny-llama...",
+    versions="V1 0.8+ ('Starting to load model'); safetensors progress bar all",
+    source="v1/worker/gpu_model_runner.py, cpu_model_runner.py: 'Starting to load model %s...'",
+    keywords=("Starting to load model", "Loading weights", "Loading model weights", "Loading safetensors"),
+    stage=Stage.LOADING,
+    variants=(
+        "Loading safetensors checkpoint shards:   0% Completed | 0/1 [00:00<?, ?it/s]",
+        "(Worker pid=13686) INFO 11-29 20:30:24 [default_loader.py:501] Loading weights took 0.01 seconds",
+        "Loading model weights took 14.9888 GB",
+    ),
+)
+WEIGHTS_LOADED = _p(
+    "weights_loaded",
+    rf"Loading weights took (?P<secs>{_N}) seconds",
+    example="(Worker pid=13686) INFO 11-29 20:30:24 [default_loader.py:501] Loading weights took 0.01 seconds",
+    versions="0.8+",
+    source="model_executor/model_loader/default_loader.py: 'Loading weights took %.2f seconds'",
+    keywords=("Loading weights took",),
+    stage=Stage.PROFILING,
+)
+MEMORY_PROFILING = _p(
+    "memory_profiling",
+    rf"Memory profiling takes (?P<secs>{_N}) seconds",
+    example="INFO 08-12 22:32:11 [worker.py:295] Memory profiling takes 1.73 seconds",
+    versions="V0 0.6.5-0.10",
+    source="worker/worker.py",
+    keywords=("Memory profiling",),
+    stage=Stage.PROFILING,
+)
+GRAPH_CAPTURE_START = _p(
+    "graph_capture_start",
+    r"Capturing CUDA graph",
+    example="Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 100%|██████████| 67/67 [00:03<00:00, 19.1it/s]",
+    versions="V1 (progress bar; written from the format string)",
+    source="v1/worker/gpu_model_runner.py: tqdm desc 'Capturing CUDA graphs ({}, {})'",
+    keywords=("Capturing CUDA graph",),
+    stage=Stage.GRAPHS,
+)
+WARMUP = _p(
+    "warmup",
+    r"Warming up model",
+    example="(Worker pid=13686) INFO 11-29 20:30:25 [cpu_model_runner.py:87] Warming up model for the compilation...",
+    versions="CPU backend 0.20+",
+    source="v1/worker/cpu/model_runner.py: 'Warming up model for the compilation...'",
+    keywords=("Warming up model",),
+    stage=Stage.GRAPHS,
+)
+STARTUP_COMPLETE = _p(
+    "startup_complete",
+    r"Application startup complete",
+    example="INFO:     Application startup complete.",
+    versions="all (uvicorn)",
+    source="uvicorn",
+    keywords=("Application startup complete",),
+    stage=Stage.READY,
+)
+
+# --- memory ----------------------------------------------------------------------------------------------------
+
+MODEL_LOADING = _p(
+    "model_loading",
+    rf"(?:Model loading|Loading model weights) took (?P<gib>{_N}) Gi?B",
+    example="(EngineCore pid=242) INFO 04-22 00:04:02 [v1/worker/gpu_model_runner.py:4820] Model loading took "
+    "14.99 GiB memory and 14.429680 seconds",
+    versions="'… GiB memory and' 0.11.1+; '… GiB and' 0.8.3-0.11.0; '… GB and' 0.8.0-0.8.2 (value in GiB); "
+    "'Loading model weights took … GB' V0 0.4-0.7 and V1 0.7",
+    source="v1/worker/gpu_model_runner.py: 'Model loading took %s GiB memory and %.6f seconds'",
+    keywords=("Model loading took", "Loading model weights took"),
+    stage=Stage.PROFILING,
+    variants=(
+        "(EngineCore_0 pid=1159) (RayWorkerWrapper pid=1273) INFO 09-10 23:47:50 [gpu_model_runner.py:2007] Model "
+        "loading took 17.2217 GiB and 1219.554719 seconds",
+        "INFO 05-30 16:23:22 model_runner.py:1115] Loading model weights took 2.8875 GB",
+    ),
+)
+AVAILABLE_KV = _p(
+    "available_kv",
+    rf"Available KV cache memory: (?P<gib>{_N}) ?GiB",
+    example="(EngineCore pid=242) INFO 04-22 00:04:20 [v1/worker/gpu_worker.py:436] Available KV cache memory: "
+    "58.11 GiB",
+    versions="V1 0.9.1+ ('%.2f' before 0.14, format_gib after)",
+    source="v1/worker/gpu_worker.py",
+    keywords=("Available KV cache memory",),
+    stage=Stage.KV,
+)
+KV_BYTES_RESERVED = _p(
+    "kv_bytes_reserved",
+    rf"reserved (?P<gib>{_N}) ?GiB memory for KV Cache as specified by kv_cache_memory_bytes",
+    example="Initial free memory 70.1 GiB, reserved 4.0 GiB memory for KV Cache as specified by "
+    "kv_cache_memory_bytes config and skipped memory profiling.",
+    versions="0.11+ (--kv-cache-memory)",
+    source="v1/worker/gpu_worker.py",
+    keywords=("GiB",),
+)
+V0_BUDGET = _p(
+    "v0_budget",
+    rf"total_gpu_memory \((?P<total>{_N}) ?GiB\) x gpu_memory_utilization \((?P<util>{_N})\) = (?P<budget>{_N}) ?GiB",
+    example="INFO 05-30 16:23:28 worker.py:267] the current vLLM instance can use total_gpu_memory (14.56GiB) x "
+    "gpu_memory_utilization (0.50) = 7.28GiB",
+    versions="V0 0.6.5-0.10.2 (one record on three lines)",
+    source="worker/worker.py",
+    keywords=("GiB",),
+)
+V0_BREAKDOWN = _p(
+    "v0_breakdown",
+    rf"model weights take (?P<weights>{_N}) ?GiB; non_torch_memory takes (?P<non_torch>{_N}) ?GiB; PyTorch activation "
+    rf"peak memory takes (?P<activation>{_N}) ?GiB; the rest of the memory reserved for KV Cache is (?P<kv>{_N}) ?GiB",
+    example="INFO 05-30 16:23:28 worker.py:267] model weights take 2.89GiB; non_torch_memory takes 0.01GiB; PyTorch "
+    "activation peak memory takes 2.02GiB; the rest of the memory reserved for KV Cache is 2.36GiB.",
+    versions="V0 0.6.5-0.10.2",
+    source="worker/worker.py",
+    keywords=("GiB",),
+)
+V0_PROFILE_064 = _p(
+    "v0_profile_064",
+    rf"Memory profiling results: total_gpu_memory=(?P<total>{_N})GiB initial_memory_usage=(?P<initial>{_N})GiB "
+    rf"peak_torch_memory=(?P<peak_torch>{_N})GiB memory_usage_post_profile=(?P<post>{_N})Gib "
+    rf"non_torch_memory=(?P<non_torch>{_N})GiB kv_cache_size=(?P<kv>{_N})GiB gpu_memory_utilization=(?P<util>{_N})",
+    example="Memory profiling results: total_gpu_memory=23.58GiB initial_memory_usage=15.34GiB "
+    "peak_torch_memory=17.98GiB memory_usage_post_profile=15.35GiB non_torch_memory=0.35GiB kv_cache_size=2.89GiB "
+    "gpu_memory_utilization=0.90",
+    versions="V0 0.6.4",
+    source="worker/worker.py",
+    keywords=("Memory profiling",),
+    flags=re.IGNORECASE,
+)
+# The GPU worker's summary, one line: "Free memory on device (78.68/79.19 GiB) on startup. Desired GPU memory
+# utilization is (0.95, 75.23 GiB). Actual usage is … Replace gpu_memory_utilization config with
+# `--kv-cache-memory=61258029056` …" (0.10.2 INFO, 0.11-0.25 DEBUG, 0.26+ INFO; 0.27+ "… GiB for consumed memory
+# (weights + non-torch), …")
+_GPU_SUMMARY = (
+    "(EngineCore pid=242) DEBUG 04-22 00:04:24 [v1/worker/gpu_worker.py:661] Free memory on device (78.68/79.19 GiB) "
+    "on startup. Desired GPU memory utilization is (0.95, 75.23 GiB). Actual usage is 14.99 GiB for weight, 1.89 GiB "
+    "for peak activation, 0.25 GiB for non-torch memory, and 0.91 GiB for CUDAGraph memory. Replace "
+    "gpu_memory_utilization config with `--kv-cache-memory=61258029056` (57.05 GiB) to fit into requested memory, or "
+    "`--kv-cache-memory=64959076352` (60.5 GiB) to fully utilize gpu memory. Current kv cache memory in use is "
+    "58.11 GiB."
+)
+_GPU_SUMMARY_VERSIONS = "0.10.2 INFO, 0.11-0.25 DEBUG, 0.26+ INFO"
+FREE_ON_DEVICE = _p(
+    "free_on_device",
+    rf"Free memory on device(?: (?P<device>\S+))? \((?P<free>{_N})/(?P<total>{_N}) GiB\) on startup",
+    example=_GPU_SUMMARY,
+    versions=_GPU_SUMMARY_VERSIONS,
+    source="v1/worker/gpu_worker.py",
+    keywords=("emory", "startup"),
+)
+DESIRED_UTIL = _p(
+    "desired_util",
+    rf"desired GPU memory utilization (?:is )?\((?P<util>{_N}), (?P<req>{_N}) GiB\)",
+    example=_GPU_SUMMARY,
+    versions=_GPU_SUMMARY_VERSIONS,
+    source="v1/worker/gpu_worker.py",
+    keywords=("emory",),
+    flags=re.IGNORECASE,
+)
+ACTUAL_USAGE = _p(
+    "actual_usage",
+    rf"Actual usage is (?P<weights>{_N}) GiB for weight, (?P<activation>{_N}) GiB for peak activation, "
+    rf"(?P<non_torch>{_N}) GiB for non-torch memory, and (?P<cudagraph>{_N}) GiB for CUDAGraph memory",
+    example=_GPU_SUMMARY,
+    versions="0.10.2-0.26",
+    source="v1/worker/gpu_worker.py",
+    keywords=("GiB",),
+)
+ACTUAL_USAGE_027 = _p(
+    "actual_usage_027",
+    rf"Actual usage is (?P<consumed>{_N}) GiB for consumed memory \(weights \+ non-torch\), (?P<activation>{_N}) GiB "
+    rf"for peak activation, and (?P<cudagraph>{_N}) GiB for CUDAGraph memory",
+    example="Actual usage is 15.24 GiB for consumed memory (weights + non-torch), 1.89 GiB for peak activation, and "
+    "0.91 GiB for CUDAGraph memory.",
+    versions="0.27+ (written from the format string)",
+    source="v1/worker/gpu_worker.py: 'Actual usage is {} GiB for consumed memory (weights + non-torch), …'",
+    keywords=("GiB",),
+)
+KV_MEMORY_SUGGESTION = _p(
+    "kv_memory_suggestion",
+    r"--kv-cache-memory=(?P<fit>\d+)`?(?: \([^)]*\))? to fit into requested memory, or "
+    r"`?--kv-cache-memory=(?P<full>\d+)",
+    example=_GPU_SUMMARY,
+    versions=_GPU_SUMMARY_VERSIONS,
+    source="v1/worker/gpu_worker.py",
+    keywords=("emory",),
+)
+
+# --- CUDA graphs -----------------------------------------------------------------------------------------------
+
+GRAPH_CAPTURE = _p(
+    "graph_capture",
+    rf"Graph capturing finished in (?P<secs>{_N}) secs?(?:, took (?P<gib>{_N}) GiB)?",
+    example="(EngineCore pid=242) INFO 04-22 00:04:24 [v1/worker/gpu_model_runner.py:6046] Graph capturing finished "
+    "in 3 secs, took 0.91 GiB",
+    versions="V1 all; V0 0.6.4+. Negative on unified memory: 'took -0.03 GiB' (DGX Spark)",
+    source="v1/worker/gpu_model_runner.py: 'Graph capturing finished in %.0f secs, took %.2f GiB'",
+    keywords=("Graph capturing",),
+    stage=Stage.GRAPHS,
+    variants=("Graph capturing finished in 5 secs, took -0.03 GiB",),
+)
+CUDAGRAPH_ESTIMATE = _p(
+    "cudagraph_estimate",
+    rf"Estimated CUDA graph memory: (?P<gib>{_N}) GiB",
+    example="(EngineCore pid=242) INFO 04-22 00:04:20 [v1/worker/gpu_model_runner.py:5955] Estimated CUDA graph "
+    "memory: 0.84 GiB total",
+    versions="0.18+. Negative on unified memory: '-4.74 GiB total' (DGX Spark)",
+    source="v1/worker/gpu_model_runner.py: 'Estimated CUDA graph memory: %.2f GiB total'",
+    keywords=("GiB",),
+    variants=("Estimated CUDA graph memory: -4.74 GiB total",),
+)
+CUDAGRAPH_POOL = _p(
+    "cudagraph_pool",
+    rf"CUDA graph pool memory: (?P<actual>{_N}) GiB \(actual\), (?P<estimated>{_N}) GiB",
+    example="CUDA graph pool memory: 0.91 GiB (actual), 0.84 GiB (estimated), difference: 0.07 GiB (8.3%).",
+    versions="0.18+ (written from the format string)",
+    source="v1/worker/gpu_worker.py: 'CUDA graph pool memory: %s GiB (actual), %s GiB (estimated), difference: …'",
+    keywords=("GiB",),
+)
+
+# --- the pool --------------------------------------------------------------------------------------------------
+
+KV_CACHE_SIZE = _p(
+    "kv_cache_size",
+    rf"(?P<device>[A-Z]+) KV cache size: (?P<tokens>{_N}) tokens",
+    example="(EngineCore pid=242) INFO 04-22 00:04:20 [v1/core/kv_cache_utils.py:1319] GPU KV cache size: "
+    "476,016 tokens",
+    versions="V1 0.8-0.27 alone; 0.28+ with the concurrency on one line; 0.30+ 'CPU …' on the CPU backend",
+    source="v1/core/kv_cache_utils.py: '%s KV cache size: %s tokens, Maximum concurrency for %s tokens per request: …'",
+    keywords=("KV cache size:",),
+    stage=Stage.KV,
+    variants=(
+        "(EngineCore pid=13515) INFO 11-29 20:29:41 [kv_cache_utils.py:2327] CPU KV cache size: 3,843,712 tokens, "
+        "Maximum concurrency for 2,048 tokens per request: 1876.81x",
+    ),
+)
+MAX_CONCURRENCY = _p(
+    "max_concurrency",
+    rf"Maximum concurrency for (?P<max_model_len>{_N}) tokens per\s+request: (?P<x>{_N}) ?x",
+    example="(EngineCore pid=242) INFO 04-22 00:04:20 [v1/core/kv_cache_utils.py:1324] Maximum concurrency for 8,192 "
+    "tokens per request: 58.11x",
+    versions="V1 with commas; V0 0.6.3+ without",
+    source="v1/core/kv_cache_utils.py",
+    keywords=("tokens per",),
+)
+V0_BLOCKS = _p(
+    "v0_blocks",
+    rf"#?\s*(?P<device>GPU|cuda|rocm|xpu|tpu|hpu|cpu|neuron) blocks: (?P<blocks>{_N})",
+    example="INFO 05-30 16:23:28 executor_base.py:110] # CUDA blocks: 5519, # CPU blocks: 9362",
+    versions="'# GPU blocks: N, # CPU blocks: M' V0 0.4.3-0.6.6; '# cuda blocks' 0.7-0.10; '# CPU blocks' V0 CPU "
+    "≤0.6; '# GPU blocks: N' V1 0.7",
+    source="executor/executor_base.py",
+    keywords=(" blocks: ",),
+    stage=Stage.KV,
+    variants=("# GPU blocks: 1478, # CPU blocks: 2048",),
+    flags=re.IGNORECASE,
+)
+OVERRIDE_BLOCKS = _p(
+    "override_blocks",
+    r"Overriding num_gpu_blocks=(?P<old>\d+) with num_gpu_blocks_override=(?P<new>\d+)",
+    example="Overriding num_gpu_blocks=29773 with num_gpu_blocks_override=512",
+    versions="0.4+ (written from the format string)",
+    source="v1/core/kv_cache_utils.py: 'Overriding num_gpu_blocks=%d with num_gpu_blocks_override=%d'",
+    keywords=("blocks",),
+)
+CPU_AUTO_SET = _p(
+    "cpu_auto_set",
+    rf"Auto set \((?P<kv>{_N})/(?P<total>{_N})\) GiB for KV cache on node (?P<node>\d+), with "
+    rf"(?P<requested>{_N}) GiB requested memory for the worker\. (?P<non_kv>{_N}) GiB memory was consumed",
+    example="(Worker pid=13539) INFO 11-29 20:29:41 [cpu_worker.py:260] Auto set (3.67/8.71) GiB for KV cache on "
+    "node 0, with 4.36 GiB requested memory for the worker. 0.69 GiB memory was consumed by non-kv usages.",
+    versions="CPU backend 0.20+",
+    source="v1/worker/cpu_worker.py",
+    keywords=("Auto set (",),
+    stage=Stage.KV,
+)
+CPU_EXPLICIT_SET = _p(
+    "cpu_explicit_set",
+    rf"Explicitly set \((?P<kv>{_N})/(?P<total>{_N})\) GiB for KV cache on node (?P<node>\d+)",
+    example="(Worker pid=14174) INFO 11-29 20:32:39 [cpu_worker.py:260] Explicitly set (1.0/9.84) GiB for KV cache "
+    "on node 0.",
+    versions="CPU backend 0.20+ (VLLM_CPU_KVCACHE_SPACE)",
+    source="v1/worker/cpu_worker.py",
+    keywords=("Explicitly set (",),
+    stage=Stage.KV,
+)
+AUTO_FIT = _p(
+    "auto_fit",
+    r"Auto-fit max_model_len: (?:reduced from (?P<old>\d+) to (?P<new>\d+)"
+    r"|full model context length (?P<full>\d+) fits)",
+    example="Auto-fit max_model_len: reduced from 131072 to 40960 to fit in available KV cache memory (5.0 GiB)",
+    versions="0.30+ (written from the format string)",
+    source="v1/core/kv_cache_utils.py: 'Auto-fit max_model_len: reduced from %d to %d to fit in available KV …'",
+    keywords=("Auto",),
+    variants=("Auto-fit max_model_len: full model context length 32768 fits in available KV cache memory (9.2 GiB)",),
+)
+
+# --- hybrid models: block sizes, padding, mamba state ----------------------------------------------------------
+
+ATTN_BLOCK_SIZE = _p(
+    "attn_block_size",
+    r"Setting attention block size to (?P<n>\d+) tokens",
+    example="Setting attention block size to 528 tokens to ensure that attention page size is >= mamba page size.",
+    versions="'… >= mamba page size.' 0.10.2+ (sources of 0.10.2, 0.14.0, 0.19.0, 0.32.0); the quantized-primary and "
+    "XPU wordings 0.32 (examples written from the format strings)",
+    source="platforms/interface.py _align_hybrid_block_size (model_executor/models/config.py "
+    "HybridAttentionMambaModelConfig ≤0.19): 'Setting attention block size to %d tokens to ensure that attention "
+    "page size is >= mamba page size.'; platforms/interface.py _align_heterogeneous_kv_block_size: 'Setting "
+    "attention block size to %d tokens so the quantized primary KV page covers the higher-precision padded-spec "
+    "page.'; platforms/xpu.py: '[XPU]Setting attention block size to %d tokens to ensure multiple of %d.'",
+    keywords=("Setting attention block size",),
+    variants=(
+        "Setting attention block size to 32 tokens so the quantized primary KV page covers the higher-precision "
+        "padded-spec page.",
+        "[XPU]Setting attention block size to 64 tokens to ensure multiple of 64.",
+    ),
+)
+KV_BLOCK_SIZE = _p(
+    "kv_block_size",
+    r"Setting kv cache block size to (?P<n>\d+)(?: for (?P<backends>\S+) backend)?",
+    example="Setting kv cache block size to 64 for FLASHMLA backend(s).",
+    versions="'… backend(s).' 0.32, '… backend.' 0.19; ROCm AITER '[ROCM_AITER_UNIFIED_ATTN]: Setting kv cache block "
+    "size to 64.' 0.14-0.19 (examples written from the format strings)",
+    source="platforms/interface.py update_block_size_for_backend: 'Setting kv cache block size to %d for %s "
+    "backend(s).'",
+    keywords=("Setting kv cache block size",),
+    variants=(
+        "Setting kv cache block size to 128 for CPU_ATTN backend.",
+        "[ROCM_AITER_UNIFIED_ATTN]: Setting kv cache block size to 64.",
+    ),
+)
+MAMBA_PADDING = _p(
+    "mamba_padding",
+    rf"Padding mamba page size by (?P<pct>{_N})% to ensure",
+    example="(Worker pid=7177) INFO 12-01 08:05:21 [interface.py:1120] Padding mamba page size by 91.04% to ensure "
+    "that mamba page size and attention page size are exactly equal.",
+    versions="0.10.2+ (sources of 0.10.2, 0.14.0, 0.19.0, 0.32.0)",
+    source="platforms/interface.py _align_hybrid_block_size (model_executor/models/config.py ≤0.19): 'Padding mamba "
+    "page size by %.2f%% to ensure that mamba page size and attention page size are exactly equal.'",
+    keywords=("Padding mamba page size",),
+)
+PADDING_LAYERS = _p(
+    "padding_layers",
+    rf"Add (?P<n>\d+) padding layers, may waste at most (?P<pct>{_N})% KV cache memory",
+    example="Add 2 padding layers, may waste at most 6.67% KV cache memory",
+    versions="0.10.2+ (sources of 0.10.2, 0.14.0, 0.19.0, 0.32.0; written from the format string)",
+    source="v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_page_size: 'Add %d padding layers, may waste at "
+    "most %.2f%% KV cache memory'",
+    keywords=("padding layers",),
+)
+MAMBA_CACHE_MODE = _p(
+    "mamba_cache_mode",
+    r"Mamba cache mode is set to '(?P<mode>\w+)'",
+    example="(APIServer pid=7078) INFO 12-01 08:05:07 [config.py:688] Mamba cache mode is set to 'align' for "
+    "Qwen3NextForCausalLM by default when prefix caching is enabled",
+    versions="0.19+ (sources of 0.19.0, 0.32.0; not 0.14.0)",
+    source="model_executor/models/config.py MambaModelConfig: \"Mamba cache mode is set to '%s' for %s by default "
+    "when prefix caching is enabled\" (INFO); \"Mamba cache mode is set to 'none' when prefix caching is "
+    'disabled" (WARNING)',
+    keywords=("Mamba cache mode",),
+    variants=("Mamba cache mode is set to 'none' when prefix caching is disabled",),
+)
+SSM_DTYPE_RESET = _p(
+    "ssm_dtype_reset",
+    r"Reset SSM cache type to (?P<dtype>\w+)",
+    example="(APIServer pid=13467) WARNING 11-29 20:29:17 [cpu.py:317] Reset SSM cache type to float32 for "
+    "accelerated GDN mamba backend 'none'.",
+    versions="CPU backend 0.32 (not in 0.19.0)",
+    source="platforms/cpu.py: \"Reset SSM cache type to float32 for accelerated GDN mamba backend '%s'.\"",
+    keywords=("Reset SSM cache type",),
+)
+MAMBA_SSM_DTYPE = _p(
+    "mamba_ssm_dtype",
+    r"Updating mamba_ssm_cache_dtype to '(?P<dtype>\w+)'|Using (?P<dtype>\w+) SSM state storage",
+    example="Updating mamba_ssm_cache_dtype to 'float32' for NemotronH model",
+    versions="'Updating …' 0.14+ (sources of 0.14.0, 0.19.0, 0.32.0); 'Using … SSM state storage' CPU 0.32 "
+    "(written from the format strings)",
+    source="model_executor/models/config.py NemotronHForCausalLMConfig: \"Updating mamba_ssm_cache_dtype to '%s' for "
+    "NemotronH model\"; platforms/cpu.py: 'Using %s SSM state storage for the CPU accelerated GDN backend.'",
+    keywords=("mamba_ssm_cache_dtype", "SSM state storage"),
+    variants=("Using bfloat16 SSM state storage for the CPU accelerated GDN backend.",),
+)
+KV_GROUP_SIZES = _p(
+    "kv_group_sizes",
+    r"kv cache group sizes \((?P<sizes>[0-9, ]*)\)",
+    example="(EngineCore pid=7146) INFO 12-01 08:06:04 [kv_cache_utils.py:853] kv cache group sizes (128, 128, 128, "
+    "128)",
+    versions="0.32, only with two groups or more (not in 0.19.0)",
+    source="v1/core/kv_cache_utils.py resolve_kv_cache_block_sizes: 'kv cache group sizes %s' (info_once, a tuple)",
+    keywords=("kv cache group sizes",),
+)
+PAGE_SIZES_NOT_UNIFIED = _p(
+    "page_sizes_not_unified",
+    r"KV cache page sizes cannot be unified; treating sliding-window layers as full attention",
+    example="KV cache page sizes cannot be unified; treating sliding-window layers as full attention for cache "
+    "allocation. Sliding-window attention compute is unchanged.",
+    versions="0.32 (not in 0.19.0; written from the format string)",
+    source="v1/core/kv_cache_utils.py _try_get_full_allocation_fallback_groups",
+    keywords=("cannot be unified",),
+)
+HYBRID_MANAGER_DISABLED = _p(
+    "hybrid_manager_disabled",
+    r"Hybrid KV cache manager is disabled for this hybrid model",
+    example="Hybrid KV cache manager is disabled for this hybrid model, This means we do not enable any "
+    "optimizations for saving KV cache memory (e.g., dropping the KV cache outside the sliding window). The compute "
+    "of layers like sliding window is still saved.",
+    versions="0.10.2+ (sources of 0.10.2, 0.14.0, 0.19.0, 0.32.0; written from the format string)",
+    source="v1/core/kv_cache_utils.py unify_hybrid_kv_cache_specs",
+    keywords=("Hybrid KV cache manager is disabled",),
+)
+
+# --- timing ----------------------------------------------------------------------------------------------------
+
+INIT_ENGINE = _p(
+    "init_engine",
+    rf"init engine \(profile, create kv cache, warmup model\) took (?P<secs>{_N}) s",
+    example="(EngineCore pid=242) INFO 04-22 00:04:24 [v1/engine/core.py:283] init engine (profile, create kv cache, "
+    "warmup model) took 21.45 seconds",
+    versions="'… took 21.45 seconds' ≤0.19; '… took 36.94 s' 0.20+",
+    source="v1/engine/core.py",
+    keywords=("init engine",),
+    stage=Stage.GRAPHS,
+    variants=("[core.py:337]              init engine (profile, create kv cache, warmup model) took 140.65 s",),
+)
+API_READY = _p(
+    "api_ready",
+    r"Application startup complete|Starting vLLM API server|Available routes are",
+    example="(APIServer pid=13649) INFO 11-29 20:31:00 [launcher.py:186] Available routes are:",
+    versions="all",
+    source="entrypoints/openai/api_server.py, entrypoints/launcher.py, uvicorn",
+    keywords=("startup", "API server", "routes"),
+    variants=(
+        "INFO:     Application startup complete.",
+        "(APIServer pid=1) INFO 04-22 00:04:30 [api_server.py:1] Starting vLLM API server 0 on http://0.0.0.0:8000",
+    ),
+)
+
+# --- failures --------------------------------------------------------------------------------------------------
+
+GATE_GPU = _p(
+    "gate_gpu",
+    rf"Free memory on device(?: (?P<device>\S+))? \((?P<free>{_N})/(?P<total>{_N}) GiB\) on startup is less than "
+    rf"desired GPU memory utilization \((?P<util>{_N}), (?P<req>{_N}) GiB\)",
+    example="(Worker pid=445) ERROR 04-22 00:03:10 [v1/executor/multiproc_executor.py:857] ValueError: Free memory on "
+    "device cuda:1 (60.85/79.19 GiB) on startup is less than desired GPU memory utilization (0.95, 75.23 GiB). "
+    "Decrease GPU memory utilization or reduce GPU memory used by other processes.",
+    versions="0.9.1+",
+    source="v1/worker/utils.py request_memory",
+    keywords=("emory", "startup"),
+)
+GATE_CPU = _p(
+    "gate_cpu",
+    rf"Available memory on node (?P<node>\d+) \((?P<free>{_N})/(?P<total>{_N}) GiB\) on "
+    r"(?:startup|kv cache allocation) "
+    rf"is less than (?:desired CPU memory utilization \((?P<util>{_N}), (?P<req>{_N}) GiB\)|requested memory)",
+    example="(VllmWorker-0 pid=14331) ERROR 11-29 20:33:11 [multiproc_executor.py:953] ValueError: Available memory "
+    "on node 0 (8.53/9.84 GiB) on startup is less than desired CPU memory utilization (0.99, 9.74 GiB).",
+    versions="CPU backend 0.20+",
+    source="v1/worker/cpu_worker.py",
+    keywords=("emory", "startup"),
+)
+KV_TOO_SMALL_V1 = _p(
+    "kv_too_small_v1",
+    r"To serve at least one request with the models?'s max seq len "
+    rf"\((?P<mml>\d+)\),? \((?P<need>{_N}) Gi?B KV cache is "
+    rf"needed, which is larger than the available KV cache memory \((?P<avail>{_N}) Gi?B\)\.(?: ?Based on the "
+    rf"available memory,(?: the estimated maximum model length is (?P<est>\d+))?)?",
+    example="ValueError: To serve at least one request with the model's max seq len (131072), (4.54 GiB KV cache is "
+    "needed, which is larger than the available KV cache memory (1.71 GiB). Based on the available memory, the "
+    "estimated maximum model length is 49360.",
+    versions="V1 0.8.4+ ('models's' before 0.22); GB in 0.8.0-0.8.2",
+    source="v1/core/kv_cache_utils.py _check_enough_kv_cache_memory",
+    keywords=("max seq len",),
+)
+KV_TOO_SMALL_V0 = _p(
+    "kv_too_small_v0",
+    r"The model's max seq len \((?P<mml>\d+)\) is larger than the maximum number of tokens that can be stored in KV "
+    r"cache \((?P<tokens>\d+)\)",
+    example="ValueError: The model's max seq len (4096) is larger than the maximum number of tokens that can be "
+    "stored in KV cache (3584). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
+    "initializing the engine.",
+    versions="V0",
+    source="worker/worker.py raise_if_cache_size_invalid",
+    keywords=("max seq len",),
+)
+NO_KV_MEMORY = _p(
+    "no_kv_memory",
+    r"No available memory for the cache blocks|Cannot auto-fit max_model_len: not enough GPU memory",
+    example="ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+    "initializing the engine.",
+    versions="all; 'Cannot auto-fit' 0.30+",
+    source="v1/core/kv_cache_utils.py",
+    keywords=("emory",),
+    variants=("ValueError: Cannot auto-fit max_model_len: not enough GPU memory for the KV cache",),
+)
+CUDA_OOM = _p(
+    "cuda_oom",
+    r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError|out of memory occurred when warming up",
+    example="ERROR 04-07 15:55:35 [engine.py:448] RuntimeError: CUDA error: out of memory",
+    versions="all (torch)",
+    source="torch; v1/worker/gpu_model_runner.py _dummy_sampler_run",
+    keywords=("emory",),
+    variants=(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+        "79.19 GiB of which 1.20 GiB is free.",
+    ),
+)
+SAMPLER_OOM = _p(
+    "sampler_oom",
+    r"warming up sampler with (?P<n>\d+) dummy requests",
+    example="(VllmWorker rank=1 pid=2445156) ERROR 05-10 16:00:15 [multiproc_executor.py:470] RuntimeError: CUDA out "
+    "of memory occurred when warming up sampler with 256 dummy requests. Please try lowering `max_num_seqs` or "
+    "`gpu_memory_utilization` when initializing the engine.",
+    versions="V1 0.8+",
+    source="v1/worker/gpu_model_runner.py _dummy_sampler_run",
+    keywords=("emory",),
+)
+GRAPH_CAPTURE_FRAME = _p(
+    "graph_capture_frame",
+    r"capture_end|graph capture|capture_model|cudagraph",
+    example='ERROR 04-07 15:55:35 [engine.py:448]   File "/python3.9/site-packages/torch/cuda/graphs.py", line 84, '
+    "in capture_end",
+    versions="all (a traceback frame)",
+    source="torch/cuda/graphs.py; v1/worker/gpu_model_runner.py capture_model",
+    keywords=("aptur",),
+    flags=re.IGNORECASE,
+)
+INVALID_CONFIG = _p(
+    "invalid_config",
+    r"User-specified max_model_len \((?P<mml>\d+)\) is greater than the derived max_model_len \((?P<what>[^)]*)\)"
+    r"|must be divisible by tensor parallel size|is not divisible by|Invalid (?:argument|value)"
+    r"|Quantization method specified in the model config \([^)]*\) does not match"
+    r"|current platform (?P<platform>\w+) does not support ray",
+    example="(EngineCore pid=29142) ERROR 11-29 21:17:43 [core.py:1510] ValueError: current platform cpu does not "
+    "support ray.",
+    versions="all",
+    source="config/model.py, config/parallel.py, v1/executor",
+    keywords=("rror",),
+    variants=(
+        "ValueError: User-specified max_model_len (200000) is greater than the derived max_model_len "
+        "(max_position_embeddings=131072 or model_max_length=None in model's config.json).",
+    ),
+)
+ERROR_LINE = _p(
+    "error_line",
+    r"\b(?:[A-Z]\w*Error|Exception): (?P<message>.+)",
+    example="(EngineCore pid=29142) ERROR 11-29 21:17:43 [core.py:1510] ValueError: current platform cpu does not "
+    "support ray.",
+    versions="all (a Python exception)",
+    source="Python",
+    keywords=("rror",),
+)
+ENGINE_INIT_FAILED = _p(
+    "engine_init_failed",
+    r"Engine core initialization failed|EngineCore failed to start",
+    example="(EngineCore pid=29142) ERROR 11-29 21:17:43 [core.py:1510] EngineCore failed to start.",
+    versions="V1",
+    source="v1/engine/core.py; v1/engine/utils.py",
+    keywords=("failed",),
+    variants=(
+        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {'EngineCore': 1}",
+    ),
+)
+
+# --- the registry, and what is derived from it -----------------------------------------------------------------
+
+PATTERNS: tuple[Pattern, ...] = (
+    VERSION, ENGINE_CONFIG, NON_DEFAULT_ARGS, CHUNKED_PREFILL,
+    LOAD_START, WEIGHTS_LOADED, MEMORY_PROFILING, GRAPH_CAPTURE_START, WARMUP, STARTUP_COMPLETE,
+    MODEL_LOADING, AVAILABLE_KV, KV_BYTES_RESERVED, V0_BUDGET, V0_BREAKDOWN, V0_PROFILE_064, FREE_ON_DEVICE,
+    DESIRED_UTIL, ACTUAL_USAGE, ACTUAL_USAGE_027, KV_MEMORY_SUGGESTION,
+    GRAPH_CAPTURE, CUDAGRAPH_ESTIMATE, CUDAGRAPH_POOL,
+    KV_CACHE_SIZE, MAX_CONCURRENCY, V0_BLOCKS, OVERRIDE_BLOCKS, CPU_AUTO_SET, CPU_EXPLICIT_SET, AUTO_FIT,
+    ATTN_BLOCK_SIZE, KV_BLOCK_SIZE, MAMBA_PADDING, PADDING_LAYERS, MAMBA_CACHE_MODE, SSM_DTYPE_RESET, MAMBA_SSM_DTYPE,
+    KV_GROUP_SIZES, PAGE_SIZES_NOT_UNIFIED, HYBRID_MANAGER_DISABLED,
+    INIT_ENGINE, API_READY,
+    GATE_GPU, GATE_CPU, KV_TOO_SMALL_V1, KV_TOO_SMALL_V0, NO_KV_MEMORY, CUDA_OOM, SAMPLER_OOM, GRAPH_CAPTURE_FRAME,
+    INVALID_CONFIG, ERROR_LINE, ENGINE_INIT_FAILED,
+)  # fmt: skip
+
+
+def keywords_of(patterns: Iterable[Pattern]) -> tuple[bytes, ...]:
+    """The pre-filter: a line can matter only if it holds one of these (bytes, for chunk scanning)."""
+    return tuple(dict.fromkeys(k.encode() for p in patterns for k in p.keywords))
+
+
+def stage_triggers(patterns: Iterable[Pattern]) -> tuple[tuple[Stage, tuple[str, ...]], ...]:
+    """Per boot stage, in boot order, the literals whose appearance in a line means vLLM has reached it."""
+    ps = tuple(patterns)
+    out = []
+    for stage in Stage:
+        triggers = tuple(dict.fromkeys(k for p in ps if p.stage is stage for k in p.keywords))
+        if triggers:
+            out.append((stage, triggers))
+    return tuple(out)
+
+
+KEYWORDS: tuple[bytes, ...] = keywords_of(PATTERNS)
+STAGE_TRIGGERS: tuple[tuple[Stage, tuple[str, ...]], ...] = stage_triggers(PATTERNS)
+
+
+@dataclass
+class Failure:
+    # insufficient_free_memory | kv_too_small_for_max_model_len | no_kv_memory | cuda_oom | invalid_config | other
+    kind: str
+    message: str
+    fix: str
+    estimated_max_model_len: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "message": self.message,
+            "fix": self.fix,
+            "estimated_max_model_len": self.estimated_max_model_len,
+        }
+
+
+_FAILURE_RANK = {
+    "insufficient_free_memory": 6,
+    "kv_too_small_for_max_model_len": 5,
+    "no_kv_memory": 5,
+    "invalid_config": 4,
+    "cuda_oom": 3,
+    "other": 1,
+}
+
+
+@dataclass
+class LogFacts:
+    """The numbers a log states, exactly as printed (None when it does not say)."""
+
+    vllm_version: str | None = None
+    engine: str | None = None  # v0 | v1
+    device: str | None = None  # cuda | cpu | …
+    model: str | None = None
+    max_model_len: int | None = None
+    tensor_parallel_size: int | None = None
+    pipeline_parallel_size: int | None = None
+    gpu_memory_utilization: float | None = None
+    dtype: str | None = None
+    kv_cache_dtype: str | None = None
+    quantization: str | None = None
+    enforce_eager: bool | None = None
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    block_size: int | None = None
+    kv_cache_memory_bytes: int | None = None
+    total_memory_gib: float | None = None
+    free_memory_gib: float | None = None
+    requested_memory_gib: float | None = None
+    model_loading_gib: float | None = None
+    available_kv_gib: float | None = None
+    num_blocks: int | None = None
+    kv_pool_tokens: int | None = None
+    max_concurrency: float | None = None
+    concurrency_max_model_len: int | None = None
+    cudagraph_gib: float | None = None
+    cudagraph_estimate_gib: float | None = None
+    activation_gib: float | None = None
+    non_torch_gib: float | None = None
+    weights_gib: float | None = None  # from a profiling summary
+    consumed_gib: float | None = None  # 0.27+: weights + non-torch
+    cpu_non_kv_gib: float | None = None
+    kv_memory_suggestion_bytes: int | None = None
+    kv_memory_full_bytes: int | None = None
+    init_engine_seconds: float | None = None
+    auto_fit_max_model_len: int | None = None
+    api_ready: bool = False
+    failure: Failure | None = None
+    lines_read: int = 0
+    per_worker_available_kv_gib: list[float] = field(default_factory=list)
+    per_worker_loading_gib: list[float] = field(default_factory=list)
+    non_default_args: dict[str, Any] = field(default_factory=dict)
+    # hybrid models (attention + mamba, or sliding window + full attention)
+    mamba_cache_mode: str | None = None  # none | align | all
+    mamba_page_padding_pct: float | None = None
+    padding: list[tuple[int, float]] = field(default_factory=list)  # (padding layers, most KV memory wasted %)
+    mamba_ssm_cache_dtype: str | None = None
+    ssm_cache_dtype_reset: str | None = None  # the dtype the CPU backend reset the SSM state to
+    # vLLM logs the groups only when there are two or more ("kv cache group sizes (…)", 0.32): None says one group,
+    # or a version that does not log it.
+    kv_cache_group_block_sizes: list[int] | None = None
+    hybrid_fallback: str | None = None  # page_sizes_not_unified | hybrid_kv_cache_manager_disabled
+
+    @property
+    def mamba_block_size(self) -> int | None:
+        """What vLLM's mamba groups use: the attention block size in 'align' mode (platforms/interface.py), else
+        the user's value or max_model_len (model_executor/models/config.py MambaModelConfig)."""
+        arg = self.non_default_args.get("mamba_block_size")
+        if self.mamba_cache_mode == "align":
+            return self.block_size
+        if isinstance(arg, int) and not isinstance(arg, bool):
+            return arg
+        return self.max_model_len if self.mamba_cache_mode == "none" else None
+
+    @property
+    def padding_layers(self) -> int | None:
+        return sum(n for n, _ in self.padding) if self.padding else None
+
+    @property
+    def kv_cache_groups(self) -> int | None:
+        return None if self.kv_cache_group_block_sizes is None else len(self.kv_cache_group_block_sizes)
+
+    @property
+    def started(self) -> bool:
+        return self.failure is None and (
+            self.kv_pool_tokens is not None or self.num_blocks is not None or self.api_ready
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "vllm_version": self.vllm_version,
+            "device": self.device,
+            "engine": self.engine,
+            "model": self.model,
+            "max_model_len": self.max_model_len,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "pipeline_parallel_size": self.pipeline_parallel_size,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "dtype": self.dtype,
+            "kv_cache_dtype": self.kv_cache_dtype,
+            "quantization": self.quantization,
+            "enforce_eager": self.enforce_eager,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "max_num_seqs": self.max_num_seqs,
+            "total_memory_gib": self.total_memory_gib,
+            "free_memory_gib": self.free_memory_gib,
+            "requested_memory_gib": self.requested_memory_gib,
+            "model_loading_gib": self.model_loading_gib,
+            "available_kv_gib": self.available_kv_gib,
+            "num_blocks": self.num_blocks,
+            "kv_pool_tokens": self.kv_pool_tokens,
+            "max_concurrency": self.max_concurrency,
+            "cudagraph_gib": self.cudagraph_gib,
+            "cudagraph_estimate_gib": self.cudagraph_estimate_gib,
+            "activation_gib": self.activation_gib,
+            "non_torch_gib": self.non_torch_gib,
+            "weights_gib": self.weights_gib,
+            "consumed_gib": self.consumed_gib,
+            "cpu_non_kv_gib": self.cpu_non_kv_gib,
+            "kv_memory_suggestion_bytes": self.kv_memory_suggestion_bytes,
+            "init_engine_seconds": self.init_engine_seconds,
+            "auto_fit_max_model_len": self.auto_fit_max_model_len,
+            "per_worker_available_kv_gib": self.per_worker_available_kv_gib,
+            "block_size": self.block_size,
+            "mamba_block_size": self.mamba_block_size,
+            "mamba_page_padding_pct": self.mamba_page_padding_pct,
+            "padding_layers": self.padding_layers,
+            "padding_layers_by_line": [{"layers": n, "max_waste_pct": pct} for n, pct in self.padding],
+            "mamba_cache_mode": self.mamba_cache_mode,
+            "mamba_ssm_cache_dtype": self.mamba_ssm_cache_dtype,
+            "ssm_cache_dtype_reset": self.ssm_cache_dtype_reset,
+            "kv_cache_groups": self.kv_cache_groups,
+            "kv_cache_group_block_sizes": self.kv_cache_group_block_sizes,
+            "hybrid_fallback": self.hybrid_fallback,
+            "started": self.started,
+            "failure": self.failure.to_json() if self.failure else None,
+        }
+
+
+def _num(s: str | None) -> float | None:
+    return None if s is None else number(s)
+
+
+def _int(s: str | None) -> int | None:
+    return None if s is None else int(number(s))
+
+
+def _round_util_down(x: float) -> float:
+    return max(0.01, int(x * 100) / 100)
+
+
+class LogParser:
+    """Feed it lines; read `.facts`. Never raises on any input."""
+
+    def __init__(self) -> None:
+        self.facts = LogFacts()
+        self._prev = ""
+        self._prev_single = ""
+        self._cur = ""
+        self._recent: deque[str] = deque(maxlen=6)
+        self._error_lines: list[str] = []
+        self._engine_failed = False
+
+    # -- public --
+    def feed(self, line: str) -> None:
+        with contextlib.suppress(Exception):  # a parser bug must not take down a launch or a check
+            self._feed(line)
+
+    def feed_many(self, lines: Iterable[str]) -> LogFacts:
+        for line in lines:
+            self.feed(line)
+        return self.finish()
+
+    def finish(self) -> LogFacts:
+        f = self.facts
+        if (
+            f.failure is None
+            and self._engine_failed
+            and f.available_kv_gib is not None
+            and f.kv_pool_tokens is None
+            and f.num_blocks is None
+        ):
+            # Between "Available KV cache memory" and the pool line only the KV-cache checks can fail.
+            if f.available_kv_gib <= 0:
+                f.failure = Failure(
+                    "no_kv_memory",
+                    f"the engine failed with {f.available_kv_gib} GiB available for the KV cache",
+                    "raise --gpu-memory-utilization, use a smaller format (fp8/awq), or lower --max-num-seqs",
+                )
+            else:
+                f.failure = Failure(
+                    "kv_too_small_for_max_model_len",
+                    f"the engine failed right after sizing the KV cache ({f.available_kv_gib} GiB available): "
+                    "one max_model_len request does not fit",
+                    "lower --max-model-len, raise --gpu-memory-utilization, or --kv-cache-dtype fp8",
+                )
+        if f.failure is None and not f.started and (self._error_lines or self._engine_failed):
+            root = [e for e in self._error_lines if not ENGINE_INIT_FAILED.search(e)]
+            msg = (root or self._error_lines or ["the engine core failed to start"])[-1]
+            f.failure = Failure("other", msg[:500], "read the error above; it is not a memory failure vlaunch knows")
+        return f
+
+    # -- internals --
+    def _feed(self, raw: str) -> None:
+        f = self.facts
+        f.lines_read += 1
+        line = raw[:20000].replace("\r", "").rstrip("\n")
+        if "\x1b" in line:
+            line = ANSI.sub("", line)
+        joined = None
+        if self._prev and not _looks_like_record_start(line):
+            joined = self._prev + " " + line.strip()
+        self._prev_single = self._prev
+        self._cur = line
+        self._prev = line if len(line) < 4000 else ""
+        self._match(line)
+        if joined is not None:
+            self._match(joined, continuation=True)
+        self._recent.append(line[-300:])
+
+    def _match(self, line: str, continuation: bool = False) -> None:
+        f = self.facts
+        if f.vllm_version is None and (m := VERSION.search(line)) and any(k in line for k in _VERSION_CONTEXT):
+            f.vllm_version = m["version"]
+        if m := ENGINE_CONFIG.search(line):
+            if m["engine"]:
+                f.engine = m["engine"].lower()
+            self._engine_config(m["config"])
+        if (m := NON_DEFAULT_ARGS.search(line)) and not continuation:
+            self._non_default(m["args"])
+        if m := CHUNKED_PREFILL.search(line):
+            f.max_num_batched_tokens = int(m["mnbt"])
+        if m := MODEL_LOADING.search(line):
+            v = number(m["gib"])
+            if not continuation or self._new_in_join(MODEL_LOADING):
+                f.per_worker_loading_gib.append(v)
+                f.model_loading_gib = max(f.per_worker_loading_gib)
+        if m := AVAILABLE_KV.search(line):
+            if not continuation or self._new_in_join(AVAILABLE_KV):
+                f.per_worker_available_kv_gib.append(number(m["gib"]))
+                f.available_kv_gib = min(f.per_worker_available_kv_gib)
+            f.engine = f.engine or "v1"
+        if m := KV_BYTES_RESERVED.search(line):
+            f.available_kv_gib = number(m["gib"])
+        if m := V0_BUDGET.search(line):
+            f.total_memory_gib = number(m["total"])
+            f.gpu_memory_utilization = f.gpu_memory_utilization or number(m["util"])
+            f.requested_memory_gib = number(m["budget"])
+            f.engine = f.engine or "v0"
+        if m := V0_BREAKDOWN.search(line):
+            f.weights_gib = number(m["weights"])
+            f.non_torch_gib = number(m["non_torch"])
+            f.activation_gib = number(m["activation"])
+            f.available_kv_gib = number(m["kv"])
+            f.engine = f.engine or "v0"
+        if m := V0_PROFILE_064.search(line):
+            f.total_memory_gib = number(m["total"])
+            f.non_torch_gib = number(m["non_torch"])
+            f.available_kv_gib = number(m["kv"])
+            f.gpu_memory_utilization = f.gpu_memory_utilization or number(m["util"])
+            if f.model_loading_gib is not None:
+                f.activation_gib = round(number(m["peak_torch"]) - f.model_loading_gib, 2)
+            f.engine = f.engine or "v0"
+        if (m := GATE_GPU.search(line)) or (m := GATE_CPU.search(line)):
+            self._gate_failure(m, line)
+        elif m := FREE_ON_DEVICE.search(line):
+            f.total_memory_gib = number(m["total"])
+            f.free_memory_gib = number(m["free"])
+        if m := DESIRED_UTIL.search(line):
+            f.gpu_memory_utilization = f.gpu_memory_utilization or number(m["util"])
+            f.requested_memory_gib = number(m["req"])
+        if m := ACTUAL_USAGE.search(line):
+            f.weights_gib = number(m["weights"])
+            f.activation_gib = number(m["activation"])
+            f.non_torch_gib = number(m["non_torch"])
+            f.cudagraph_gib = number(m["cudagraph"])
+        if m := ACTUAL_USAGE_027.search(line):
+            f.consumed_gib = number(m["consumed"])
+            f.activation_gib = number(m["activation"])
+            f.cudagraph_gib = number(m["cudagraph"])
+        if m := KV_MEMORY_SUGGESTION.search(line):
+            f.kv_memory_suggestion_bytes = int(m["fit"])
+            f.kv_memory_full_bytes = int(m["full"])
+        if (m := GRAPH_CAPTURE.search(line)) and m["gib"]:
+            f.cudagraph_gib = number(m["gib"])
+        if m := CUDAGRAPH_ESTIMATE.search(line):
+            f.cudagraph_estimate_gib = number(m["gib"])
+        if m := CUDAGRAPH_POOL.search(line):
+            f.cudagraph_gib = number(m["actual"])
+        if m := KV_CACHE_SIZE.search(line):
+            f.kv_pool_tokens = int(number(m["tokens"]))
+            dev = m["device"].lower()
+            f.device = f.device or ("cuda" if dev == "gpu" else dev)
+            f.engine = f.engine or "v1"
+        if m := MAX_CONCURRENCY.search(line):
+            f.max_concurrency = number(m["x"])
+            f.concurrency_max_model_len = int(number(m["max_model_len"]))
+            f.max_model_len = f.max_model_len or f.concurrency_max_model_len
+        if (m := V0_BLOCKS.search(line)) and "KV cache" not in line and f.num_blocks is None:
+            # "# cuda blocks: 5519, # CPU blocks: 9362": the first count is the device's; the second is swap space.
+            dev = m["device"].lower()
+            f.num_blocks = int(number(m["blocks"]))
+            f.device = f.device or ("cuda" if dev == "gpu" else dev)
+        if m := OVERRIDE_BLOCKS.search(line):
+            f.num_blocks = int(m["new"])
+        if m := CPU_AUTO_SET.search(line):
+            f.available_kv_gib = number(m["kv"])
+            f.total_memory_gib = number(m["total"])
+            f.requested_memory_gib = number(m["requested"])
+            f.cpu_non_kv_gib = number(m["non_kv"])
+            f.device = "cpu"
+        if m := CPU_EXPLICIT_SET.search(line):
+            f.available_kv_gib = number(m["kv"])
+            f.total_memory_gib = number(m["total"])
+            f.device = "cpu"
+        if m := AUTO_FIT.search(line):
+            f.auto_fit_max_model_len = int(m["new"] or m["full"])
+            f.max_model_len = f.auto_fit_max_model_len
+        self._hybrid(line, continuation)
+        if m := INIT_ENGINE.search(line):
+            f.init_engine_seconds = number(m["secs"])
+        if API_READY.search(line):
+            f.api_ready = True
+        self._failures(line)
+
+    def _hybrid(self, line: str, continuation: bool) -> None:
+        f = self.facts
+        if (m := ATTN_BLOCK_SIZE.search(line)) or (m := KV_BLOCK_SIZE.search(line)):
+            f.block_size = int(m["n"])  # the later line is the final size: backend choice first, hybrid alignment after
+        if m := MAMBA_PADDING.search(line):
+            f.mamba_page_padding_pct = number(m["pct"])
+        if (m := PADDING_LAYERS.search(line)) and (not continuation or self._new_in_join(PADDING_LAYERS)):
+            # One line per attention kind that needs padding; the engine core and every worker (CUDA graph
+            # profiling) group the layers, so each line repeats: distinct lines are the model's.
+            pad = (int(m["n"]), number(m["pct"]))
+            if pad not in f.padding:
+                f.padding.append(pad)
+        if m := MAMBA_CACHE_MODE.search(line):
+            f.mamba_cache_mode = m["mode"]
+        if m := SSM_DTYPE_RESET.search(line):
+            f.ssm_cache_dtype_reset = f.mamba_ssm_cache_dtype = m["dtype"]
+        elif m := MAMBA_SSM_DTYPE.search(line):
+            f.mamba_ssm_cache_dtype = m["dtype"]
+        if (m := KV_GROUP_SIZES.search(line)) and (sizes := [int(x) for x in re.findall(r"\d+", m["sizes"])]):
+            f.kv_cache_group_block_sizes = sizes
+            dcp = f.non_default_args.get("decode_context_parallel_size")
+            if f.block_size is None and dcp in (None, 1):
+                # Attention groups hold block_size tokens (× DCP); mamba groups block_size ('align') or max_model_len.
+                f.block_size = min(sizes)
+        if PAGE_SIZES_NOT_UNIFIED.search(line):
+            f.hybrid_fallback = "page_sizes_not_unified"
+        elif HYBRID_MANAGER_DISABLED.search(line):
+            f.hybrid_fallback = f.hybrid_fallback or "hybrid_kv_cache_manager_disabled"
+
+    def _new_in_join(self, pattern: Pattern) -> bool:
+        """A wrapped line's match is new only when neither half matched on its own."""
+        return not pattern.search(self._prev_single) and not pattern.search(self._cur)
+
+    def _gate_failure(self, m: re.Match[str], line: str) -> None:
+        f = self.facts
+        free, total = number(m["free"]), number(m["total"])
+        f.free_memory_gib, f.total_memory_gib = free, total
+        util = _num(m["util"])
+        req = _num(m["req"])
+        if req is not None:
+            f.requested_memory_gib = req
+        if util is not None:
+            f.gpu_memory_utilization = f.gpu_memory_utilization or util
+        cpu = "node" in m.re.pattern and "Available memory on node" in line
+        f.device = "cpu" if cpu else (f.device or "cuda")
+        ok_util = _round_util_down((free - (0.25 if not cpu else 0.1)) / total) if total else None
+        where = f"node {m['node']}" if cpu else (m["device"] if m.groupdict().get("device") else "the GPU")
+        msg = (
+            f"vLLM asked for {req} GiB ({util} × {total} GiB) but only {free} GiB was free on {where}: another "
+            "process holds the memory"
+            if req is not None
+            else f"only {free} of {total} GiB was available on {where}"
+        )
+        self._fail(
+            Failure(
+                "insufficient_free_memory",
+                msg,
+                f"stop the other process, or --gpu-memory-utilization {ok_util} (fits the {free} GiB free)",
+            )
+        )
+
+    def _failures(self, line: str) -> None:
+        f = self.facts
+        if m := KV_TOO_SMALL_V1.search(line):
+            est = _int(m["est"])
+            fix = (
+                f"--max-model-len {est} (vLLM's estimate), or raise --gpu-memory-utilization, or --kv-cache-dtype fp8"
+                if est
+                else "raise --gpu-memory-utilization or lower --max-model-len"
+            )
+            self._fail(
+                Failure(
+                    "kv_too_small_for_max_model_len",
+                    f"one {m['mml']}-token request needs {m['need']} GiB of KV cache; only {m['avail']} GiB is left",
+                    fix,
+                    est,
+                )
+            )
+            f.max_model_len = f.max_model_len or int(m["mml"])
+            f.available_kv_gib = f.available_kv_gib if f.available_kv_gib is not None else number(m["avail"])
+        elif m := KV_TOO_SMALL_V0.search(line):
+            tokens = int(m["tokens"])
+            self._fail(
+                Failure(
+                    "kv_too_small_for_max_model_len",
+                    f"max_model_len {m['mml']} is more than the {tokens} tokens the KV cache holds",
+                    f"--max-model-len {tokens}, or raise --gpu-memory-utilization, or --kv-cache-dtype fp8",
+                    tokens,
+                )
+            )
+            f.max_model_len = f.max_model_len or int(m["mml"])
+        if NO_KV_MEMORY.search(line):
+            self._fail(
+                Failure(
+                    "no_kv_memory",
+                    "nothing was left for the KV cache after weights, activations and overhead",
+                    "raise --gpu-memory-utilization, use a smaller format (fp8/awq), or lower --max-num-seqs",
+                )
+            )
+        if CUDA_OOM.search(line):
+            if m := SAMPLER_OOM.search(line):
+                fix = f"--max-num-seqs {max(1, int(m['n']) // 2)}, or lower --gpu-memory-utilization"
+                msg = f"CUDA ran out of memory warming up the sampler with {m['n']} dummy requests"
+            elif any(GRAPH_CAPTURE_FRAME.search(x) for x in (line, *self._recent)):
+                fix = "lower --gpu-memory-utilization (CUDA graphs are captured outside the budget), or --enforce-eager"
+                msg = "CUDA ran out of memory capturing CUDA graphs"
+            else:
+                fix = "lower --gpu-memory-utilization or --max-num-batched-tokens, or free GPU memory"
+                msg = "CUDA ran out of memory during start-up"
+            self._fail(Failure("cuda_oom", msg, fix))
+        if m := INVALID_CONFIG.search(line):
+            fix = "lower --max-model-len" if m["mml"] else "fix the flag named in the message"
+            if m["platform"]:
+                fix = "--distributed-executor-backend mp (this platform runs tensor parallel without Ray)"
+            if m["mml"]:
+                fix = (
+                    f"lower --max-model-len to the model's limit ({m['what']}), or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"
+                )
+            text = ERROR_LINE.search(line)
+            self._fail(Failure("invalid_config", (text["message"] if text else m.group(0)).strip()[:500], fix))
+        if ENGINE_INIT_FAILED.search(line):
+            self._engine_failed = True
+        if m := ERROR_LINE.search(line):
+            self._error_lines.append(m["message"].strip())
+            if len(self._error_lines) > 8:
+                del self._error_lines[0]
+
+    def _fail(self, failure: Failure) -> None:
+        cur = self.facts.failure
+        better = cur is not None and cur.kind == failure.kind and failure.estimated_max_model_len is not None
+        if (
+            cur is None
+            or _FAILURE_RANK[failure.kind] > _FAILURE_RANK[cur.kind]
+            or (better and cur.estimated_max_model_len is None)
+        ):
+            self.facts.failure = failure
+
+    def _engine_config(self, cfg: str) -> None:
+        f = self.facts
+        for key, attr, conv in (
+            ("model", "model", str),
+            ("max_seq_len", "max_model_len", int),
+            ("tensor_parallel_size", "tensor_parallel_size", int),
+            ("pipeline_parallel_size", "pipeline_parallel_size", int),
+            ("dtype", "dtype", str),
+            ("kv_cache_dtype", "kv_cache_dtype", str),
+            ("quantization", "quantization", str),
+            ("enforce_eager", "enforce_eager", str),
+            ("device_config", "device", str),
+        ):
+            m = re.search(rf"\b{key}=(?P<v>'[^']*'|[^,\s]+)", cfg)
+            if not m:
+                continue
+            v = m["v"].strip("'")
+            if v in ("None", ""):
+                continue
+            if attr == "dtype":
+                v = v.removeprefix("torch.")
+            if attr == "enforce_eager":
+                f.enforce_eager = v == "True"
+                continue
+            if getattr(f, attr) is None:
+                with contextlib.suppress(ValueError):
+                    setattr(f, attr, conv(v))
+
+    def _non_default(self, text: str) -> None:
+        f = self.facts
+        try:
+            args = ast.literal_eval(text)
+        except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+            return
+        if not isinstance(args, dict):
+            return
+        f.non_default_args = {k: v for k, v in args.items() if isinstance(k, str)}
+        simple = {
+            "model": "model", "max_model_len": "max_model_len", "tensor_parallel_size": "tensor_parallel_size",
+            "pipeline_parallel_size": "pipeline_parallel_size", "gpu_memory_utilization": "gpu_memory_utilization",
+            "dtype": "dtype", "kv_cache_dtype": "kv_cache_dtype", "quantization": "quantization",
+            "enforce_eager": "enforce_eager", "max_num_batched_tokens": "max_num_batched_tokens",
+            "max_num_seqs": "max_num_seqs", "block_size": "block_size",
+            "kv_cache_memory_bytes": "kv_cache_memory_bytes",
+        }  # fmt: skip
+        for k, attr in simple.items():
+            if k in args and args[k] is not None:
+                setattr(f, attr, args[k])
+        if f.model is None and isinstance(args.get("model_tag"), str):
+            f.model = args["model_tag"]
+
+
+_VERSION_CONTEXT = ("vLLM", "LLM engine", "█", "▀", "api_server")
+
+
+def _looks_like_record_start(line: str) -> bool:
+    s = line.lstrip(" \t\x00")
+    if not s:
+        return True
+    return bool(_RECORD_START.match(s))
+
+
+_RECORD_START = re.compile(
+    r"(?:\(\w[\w ]*pid=\d+[^)]*\)\s*)*(?:\x1b\[[0-9;]*m)?"
+    r"(?:INFO|DEBUG|WARNING|ERROR|CRITICAL|Traceback|\[|\d{4}-\d\d-\d\d|"
+    r"[A-Z][a-z]{2} \d+|\d\d-\d\d \d\d:|\||#|-|\*|File \"|raise |\w+Error|\(\w[\w ]*pid=)"
+)
+
+# --- streaming over files ---------------------------------------------------------------------------------------
+
+CHUNK = 8 << 20
+
+
+# Once vLLM is up, the rest of a log is request traffic: only a failure or a new boot can change the facts.
+AFTER_BOOT_KEYWORDS: tuple[bytes, ...] = (b"rror", b"version", b"non-default", b"emory")
+
+
+def _candidate_lines(fh: IO[bytes], keywords: Callable[[], tuple[bytes, ...]] = lambda: KEYWORDS) -> Iterator[bytes]:
+    """Lines containing a keyword, plus the line after each (for wrapped lines), in file order."""
+    tail = b""
+    carry = False  # the last line of the previous chunk was a keyword line: its continuation starts this one
+    while True:
+        block = fh.read(CHUNK)
+        if not block:
+            break
+        data = tail + block
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            tail = data[-CHUNK:] if len(data) > 4 * CHUNK else data  # one absurd line: keep its end only
+            continue
+        body, tail = data[: cut + 1], data[cut + 1 :]
+        carry = yield from _scan(body, keywords(), carry)
+    if tail:
+        yield from _scan(tail + b"\n", keywords(), carry)
+
+
+def _scan(body: bytes, keywords: tuple[bytes, ...], carry: bool) -> Generator[bytes, None, bool]:
+    starts: set[int] = {0} if carry else set()
+    for kw in keywords:
+        i = body.find(kw)
+        while i >= 0:
+            s = body.rfind(b"\n", 0, i) + 1
+            starts.add(s)
+            e = body.find(b"\n", i)
+            if e < 0:
+                break
+            starts.add(e + 1)  # the following line, which may continue a wrapped one
+            i = body.find(kw, e + 1)
+    for s in sorted(starts):
+        if s >= len(body):
+            continue
+        e = body.find(b"\n", s)
+        yield body[s : e if e >= 0 else len(body)]
+    return len(body) in starts
+
+
+def parse_stream(fh: IO[bytes]) -> LogFacts:
+    """Parse a whole log from a binary file object, in constant memory."""
+    p = LogParser()
+
+    def keywords() -> tuple[bytes, ...]:
+        f = p.facts
+        booted = f.api_ready or f.init_engine_seconds is not None
+        return AFTER_BOOT_KEYWORDS if booted and f.failure is None else KEYWORDS
+
+    for raw in _candidate_lines(fh, keywords):
+        p.feed(raw.decode("utf-8", errors="replace"))
+    return p.finish()
+
+
+def parse_text(text: str) -> LogFacts:
+    return LogParser().feed_many(text.splitlines())

@@ -1,0 +1,326 @@
+"""How vLLM turns one rank's layers into a pool of blocks, and the tokens and concurrency it logs.
+
+1. Every layer gets its cache spec (specs.py). A hybrid with Mamba / linear-attention layers raises the
+   attention block size until an attention page holds a whole state, and pads the state page to match
+   (Platform._align_hybrid_block_size: "Setting attention block size to N tokens …").
+2. Layers are grouped (kv_cache_utils.get_kv_cache_groups): one group when every layer needs the same token
+   slots; otherwise one bucket per spec, cut into groups of `group_size` layers, the last of each bucket padded
+   ("Add N padding layers, may waste at most X% KV cache memory").
+3. A block id spans one layer of every group: bytes per block = the widest group's pages; blocks =
+   available // bytes per block; one request needs Σ over groups of cdiv(its bytes, page) blocks.
+Pure integer arithmetic (floats only where vLLM itself divides in floating point, to print the same figure).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from launcher.units import cdiv
+from launcher.vllm import versions as V
+from launcher.vllm.specs import (
+    CacheSpec,
+    ChunkedLocalSpec,
+    Context,
+    FullAttentionSpec,
+    MambaSpec,
+    MLASpec,
+    SlidingWindowSpec,
+)
+
+Platform = Literal["cuda", "cpu"]
+Engine = Literal["v0", "v1"]
+
+
+@dataclass(frozen=True)
+class Group:
+    """One KV-cache group: layers sharing a block table."""
+
+    kind: str  # the spec kind: full_attention, sliding_attention, chunked_attention, mla, or the state mixer's
+    layers: int  # real layers in the group
+    page_bytes: int  # one block of one layer (padded pages included)
+    spec: CacheSpec
+    uniform_pages: int = 0  # one group of layers with different pages: the sum of their pages (0: layers × page)
+
+    @property
+    def bytes_per_block(self) -> int:
+        return self.uniform_pages or self.layers * self.page_bytes
+
+    def blocks_per_request(self, ctx: Context) -> int:
+        if self.uniform_pages:
+            return cdiv(self.layers * self.spec.max_memory_bytes(ctx), self.layers * self.spec.page_bytes)
+        return cdiv(self.spec.max_memory_bytes(ctx), self.spec.page_bytes)
+
+
+@dataclass(frozen=True)
+class KVLayout:
+    """How one rank's cache memory is cut into blocks."""
+
+    block_size: int  # attention tokens per block (after hybrid alignment)
+    page_bytes: int  # one block of one layer
+    bytes_per_block: int  # one block id across the layers that share it (what available memory is divided by)
+    groups: tuple[Group, ...]
+    group_size: int
+    hybrid: bool  # more than one group
+    layers_on_rank: int
+    padding_layers: tuple[int, ...] = ()  # per bucket, as vLLM logs them
+    requested_block_size: int = 0  # before the hybrid alignment
+    mamba_page_bytes: int = 0  # the unpadded state page (0: no state layers)
+    mamba_mode: str = "none"
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.groups)
+
+    @property
+    def aligned(self) -> bool:
+        """vLLM raised the attention block size for the state page."""
+        return bool(self.mamba_page_bytes) and self.block_size != self.requested_block_size
+
+    def state_layers(self) -> int:
+        return sum(g.layers for g in self.groups if isinstance(g.spec, MambaSpec))
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "block_size": self.block_size,
+            "page_bytes": self.page_bytes,
+            "bytes_per_block": self.bytes_per_block,
+            "groups": [{"kind": g.kind, "layers": g.layers, "page_bytes": g.page_bytes} for g in self.groups],
+            "group_size": self.group_size,
+            "hybrid": self.hybrid,
+            "padding_layers": sum(self.padding_layers),
+            "mamba_page_bytes": self.mamba_page_bytes,
+            "mamba_page_padding_pct": round(100 * (self.page_bytes - self.mamba_page_bytes) / self.mamba_page_bytes, 2)
+            if self.mamba_page_bytes and self.hybrid
+            else None,
+            "mamba_cache_mode": self.mamba_mode if self.mamba_page_bytes else None,
+            "attention_block_size_raised": self.aligned,
+        }
+
+
+def align_block_size(
+    specs: Sequence[CacheSpec | None],
+    block_size: int,
+    *,
+    kernel_block: int,
+    user_block_size: bool,
+    version: V.Version = V.LATEST,
+) -> tuple[int, int]:
+    """(attention block size, state page) for a hybrid: the smallest multiple of the kernel block whose attention
+    page holds the largest state (Platform._align_hybrid_block_size). Non-hybrids keep their block size."""
+    attn = [s for s in specs if s is not None and s.grows_with_block]
+    states = [s for s in specs if isinstance(s, MambaSpec)]
+    if not states:
+        return block_size, 0
+    mamba_page = max(s.state_bytes for s in states)
+    if not attn or not V.HYBRID_BLOCK_ALIGN.on(version):
+        return block_size, mamba_page  # attention-free: no backend to align with
+    first = attn[0]
+    per_token = first.with_block_size(1).page_bytes  # the model's attention page for one token
+    alignment = max(kernel_block, block_size)
+    needed = alignment * cdiv(mamba_page, alignment * per_token)
+    needed = kernel_block * cdiv(needed, kernel_block)
+    # An explicit --block-size is overridden too when it is too small for the state.
+    return max(block_size, needed), mamba_page
+
+
+def layout(
+    specs: Sequence[CacheSpec | None],
+    *,
+    block_size: int,
+    version: V.Version,
+    hybrid_manager: bool = True,
+    kernel_block: int = 16,
+    user_block_size: bool = False,
+    mamba_mode: str = "none",
+    owned: Sequence[bool] | None = None,
+) -> KVLayout:
+    """Group the model's layer specs as vLLM's KV-cache manager does (`specs` built at `block_size`), then keep
+    the layers this rank owns (`owned`, one flag per spec; pipeline parallel): groups are formed over the whole
+    model and projected onto each worker (kv_cache_utils._project_kv_cache_groups_to_worker)."""
+    pairs = [(s, owned[i] if owned is not None else True) for i, s in enumerate(specs) if s is not None]
+    live = [s for s, _ in pairs]
+    mine = [o for _, o in pairs]
+    if not live:
+        # attention-free and stateless: vLLM keeps one null block and no pool
+        return KVLayout(block_size, 0, 0, (), 0, False, 0, requested_block_size=block_size)
+    bs, mamba_page = align_block_size(
+        live, block_size, kernel_block=kernel_block, user_block_size=user_block_size, version=version
+    )
+    live = [s.with_block_size(bs) if s.grows_with_block else s for s in live]
+    if mamba_page and any(s.grows_with_block for s in live):
+        attn_page = next(s for s in live if s.grows_with_block).page_bytes
+        live = [replace(s, page_padded=attn_page) if isinstance(s, MambaSpec) else s for s in live]
+    if not hybrid_manager:
+        live = [_as_full(s) for s in live]
+
+    first = live[0]
+    n_mine = sum(mine)
+    if all(s == first for s in live):
+        # Every layer the same: one group, every layer has a block for every block id.
+        g = Group(_kind(first), n_mine, first.page_bytes, first)
+        return _layout(bs, (g,), len(live), (), block_size, mamba_page, mamba_mode)
+    if _uniform_type(live):
+        # Same token slots everywhere (all full attention, different head sizes): one group, pages summed.
+        pages = sum(s.page_bytes for s, o in zip(live, mine, strict=True) if o)
+        g = Group(_kind(first), n_mine, first.page_bytes, first, uniform_pages=pages)
+        return _layout(bs, (g,), len(live), (), block_size, mamba_page, mamba_mode)
+
+    live = _unify_pages(live)
+    buckets: dict[CacheSpec, list[bool]] = {}
+    for s, o in zip(live, mine, strict=True):
+        buckets.setdefault(s, []).append(o)
+    counts = [len(v) for v in buckets.values()]
+    group_size = min(counts)
+    if V.GROUP_SIZE_CLOSE.on(version) and max(counts) < 1.5 * min(counts):
+        group_size = max(counts)
+    groups: list[Group] = []
+    padding: list[int] = []
+    for spec, owners in buckets.items():
+        n = len(owners)
+        k = cdiv(n, group_size)
+        if n % group_size:
+            padding.append(group_size - n % group_size)
+        # layers[i::k]: the k groups of a bucket differ by at most one layer; a rank keeps the ones it owns
+        for i in range(k):
+            groups.append(Group(_kind(spec), sum(owners[i::k]), spec.page_bytes, spec))
+    return _layout(bs, tuple(groups), group_size, tuple(padding), block_size, mamba_page, mamba_mode)
+
+
+def _layout(
+    bs: int,
+    groups: tuple[Group, ...],
+    group_size: int,
+    padding: tuple[int, ...],
+    requested: int,
+    mamba_page: int,
+    mamba_mode: str,
+) -> KVLayout:
+    return KVLayout(
+        block_size=bs,
+        page_bytes=groups[0].page_bytes,
+        # the widest group's pages (get_kv_cache_config_from_groups: max over groups of Σ page)
+        bytes_per_block=max(g.bytes_per_block for g in groups),  # 0 only for a rank that owns no layer
+        groups=groups,
+        group_size=group_size,
+        hybrid=len(groups) > 1,
+        layers_on_rank=sum(g.layers for g in groups),
+        padding_layers=padding,
+        requested_block_size=requested,
+        mamba_page_bytes=mamba_page,
+        mamba_mode=mamba_mode,
+    )
+
+
+def _kind(s: CacheSpec) -> str:
+    """A group's kind as the model names its layers (linear_attention, mamba2, … for state groups)."""
+    return s.mixer_kind if isinstance(s, MambaSpec) else s.kind
+
+
+def _as_full(s: CacheSpec) -> CacheSpec:
+    """--disable-hybrid-kv-cache-manager: sliding and chunked layers are allocated as full attention."""
+    if isinstance(s, SlidingWindowSpec | ChunkedLocalSpec):
+        return FullAttentionSpec(s.block_size, s.kv_heads, s.head_size, s.head_size_v, s.element_bytes,
+                                 s.scale_bytes, s.page_padded)  # fmt: skip
+    return s
+
+
+def _uniform_type(specs: Sequence[CacheSpec]) -> bool:
+    """UniformTypeKVCacheSpecs: all full attention (or MLA), or all sliding with one window, any page sizes."""
+    if all(type(s) is FullAttentionSpec for s in specs) or all(isinstance(s, MLASpec) for s in specs):
+        return True
+    if all(isinstance(s, SlidingWindowSpec) for s in specs):
+        return len({s.window for s in specs if isinstance(s, SlidingWindowSpec)}) == 1
+    if all(isinstance(s, ChunkedLocalSpec) for s in specs):
+        return len({s.chunk for s in specs if isinstance(s, ChunkedLocalSpec)}) == 1
+    return False
+
+
+def _unify_pages(specs: list[CacheSpec]) -> list[CacheSpec]:
+    """unify_kv_cache_spec_page_size: smaller attention pages take a larger block size (or are padded), state
+    pages are padded, until every page is the largest."""
+    biggest = max(s.page_bytes for s in specs)
+    out: list[CacheSpec] = []
+    for s in specs:
+        if s.page_bytes == biggest:
+            out.append(s)
+        elif isinstance(s, MambaSpec | FullAttentionSpec) and (isinstance(s, MambaSpec) or biggest % s.page_bytes != 0):
+            out.append(replace(s, page_padded=biggest))
+        else:
+            out.append(s.with_block_size(s.block_size * (biggest // s.page_bytes)))
+    return out
+
+
+# --- the pool -----------------------------------------------------------------------------------------------------
+
+
+def blocks_per_request(lay: KVLayout, ctx: Context) -> int:
+    """Blocks one max_model_len request needs: Σ over groups (kv_cache_utils.get_max_concurrency_…)."""
+    return sum(g.blocks_per_request(ctx) for g in lay.groups)
+
+
+@dataclass(frozen=True)
+class Pool:
+    available_bytes: int
+    num_blocks: int
+    tokens: int  # what vLLM logs as "KV cache size: N tokens"
+    max_concurrency: float  # what vLLM logs as "Maximum concurrency for L tokens per request: C x"
+    blocks_per_request: int
+    pool_bytes: int  # num_blocks × bytes_per_block
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "kv_pool_bytes": self.pool_bytes,
+            "kv_pool_blocks": self.num_blocks,
+            "kv_pool_tokens": self.tokens,
+            "max_concurrency": round(self.max_concurrency, 2),
+        }
+
+
+def pool(
+    lay: KVLayout,
+    available_bytes: int,
+    ctx: Context,
+    *,
+    engine: Engine,
+    num_blocks_override: int | None = None,
+) -> Pool:
+    """Blocks from available bytes, then the tokens and concurrency the given version prints."""
+    version, mml, bs = ctx.version, ctx.max_model_len, lay.block_size
+    if not lay.groups or not lay.bytes_per_block:
+        return Pool(available_bytes, 1, 0, 0.0, 0, 0)
+    num_blocks = max(0, available_bytes // lay.bytes_per_block)
+    if num_blocks_override is not None:
+        num_blocks = num_blocks_override
+    per_req = blocks_per_request(lay, ctx)
+    if engine == "v0" or not V.HYBRID_MANAGER.on(version):
+        # V0 and V1 before the hybrid manager: every layer has every block; concurrency = tokens / max_model_len.
+        tokens = num_blocks * bs
+        conc = tokens / mml
+    else:
+        conc = num_blocks / per_req if per_req else 0.0
+        # 0.9.1-0.20: blocks are shared by all groups, so each token needs one block in every group.
+        tokens = int(conc * mml) if V.TOKENS_FROM_CONCURRENCY.on(version) else num_blocks // lay.n_groups * bs
+    return Pool(available_bytes, num_blocks, tokens, conc, per_req, num_blocks * lay.bytes_per_block)
+
+
+def format_tokens_line(pool_: Pool, max_model_len: int, version: V.Version, platform: Platform) -> str:
+    """The log line this version prints, for side-by-side display."""
+    dev = "CPU" if platform == "cpu" and V.CPU_DEVICE_NAME.on(version) else "GPU"
+    if not V.V08_POOL_LINE.on(version):
+        return f"# GPU blocks: {pool_.num_blocks}; Maximum concurrency for {max_model_len} tokens per request: " + (
+            f"{pool_.max_concurrency:.2f}x"
+        )
+    return (
+        f"{dev} KV cache size: {pool_.tokens:,} tokens, Maximum concurrency for {max_model_len:,} tokens per "
+        f"request: {pool_.max_concurrency:.2f}x"
+    )
+
+
+def requested_bytes(total_bytes: int, util: float, version: V.Version) -> int:
+    """vLLM's budget: total × gpu_memory_utilization (ceil since 0.14; a float before, truncated here)."""
+    if V.CEIL_BUDGET.on(version):
+        return math.ceil(total_bytes * util)
+    return int(total_bytes * util)

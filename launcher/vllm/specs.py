@@ -1,0 +1,277 @@
+"""vLLM's cache spec per layer kind (vllm/v1/kv_cache_interface.py): the bytes of one block of one layer
+(`page_bytes`) and the bytes one request of max_model_len tokens can hold (`max_memory_bytes`).
+
+Attention pages grow with the block size; a Mamba / linear-attention page is one request's state and does not.
+The state shapes and dtypes are vLLM's (vllm/model_executor/layers/mamba/mamba_utils.py), which differ from
+the model's own in small ways: speculative tokens widen the conv state, Mamba2 pads n_groups to the TP size.
+Pure integer arithmetic.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from math import prod
+from typing import Literal
+
+from launcher.arch.layers import (
+    Attention,
+    ChunkedLocalAttention,
+    GatedDeltaNet,
+    Mamba,
+    Mamba2,
+    Mixer,
+    MLAttention,
+    ShortConv,
+    SlidingWindowAttention,
+    kv_heads_per_rank,
+)
+from launcher.kv import kv_element_bytes
+from launcher.units import cdiv
+from launcher.vllm import versions as V
+
+MambaMode = Literal["none", "align"]
+
+DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2}
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a spec needs from the engine settings to size one request."""
+
+    max_model_len: int
+    max_num_batched_tokens: int
+    max_concurrent_batches: int  # pipeline stages, or 2 with async scheduling (0.27+)
+    version: V.Version
+    mamba_mode: MambaMode = "none"
+
+    @property
+    def in_flight_tokens(self) -> int:
+        """Tokens scheduled but not yet freed: one step's batch before 0.27, every concurrent batch's since."""
+        if V.IN_FLIGHT_TOKENS.on(self.version):
+            return self.max_concurrent_batches * self.max_num_batched_tokens
+        return self.max_num_batched_tokens
+
+
+class CacheSpec(ABC):
+    """One layer's cache: a page per block, and how many bytes one request of max_model_len may hold."""
+
+    kind: str
+    block_size: int
+
+    @property
+    @abstractmethod
+    def page_bytes(self) -> int: ...
+
+    @abstractmethod
+    def max_memory_bytes(self, ctx: Context) -> int: ...
+
+    @property
+    def grows_with_block(self) -> bool:
+        """Attention pages scale with the block size; state pages do not."""
+        return True
+
+    def with_block_size(self, block_size: int) -> CacheSpec:
+        from dataclasses import replace
+
+        return replace(self, block_size=block_size)  # type: ignore[type-var]
+
+
+@dataclass(frozen=True)
+class FullAttentionSpec(CacheSpec):
+    """K and V per KV head per token (AttentionSpec.page_size_bytes)."""
+
+    block_size: int
+    kv_heads: int  # on this rank
+    head_size: int
+    head_size_v: int
+    element_bytes: int
+    scale_bytes: int = 0  # per token per head, for K and for V (per-token-head dtypes)
+    page_padded: int | None = None  # vLLM pads a smaller page up to the common one
+    kind: str = "full_attention"
+
+    @property
+    def page_bytes(self) -> int:
+        if self.page_padded is not None:
+            return self.page_padded
+        # tokens × heads × (K width + V width) × element, plus one fp32 scale per token-head for K and for V
+        return self.block_size * self.kv_heads * ((self.head_size + self.head_size_v) * self.element_bytes
+                                                  + 2 * self.scale_bytes)  # fmt: skip
+
+    def max_memory_bytes(self, ctx: Context) -> int:
+        # every token of max_model_len, in whole blocks
+        return cdiv(ctx.max_model_len, self.block_size) * self.page_bytes
+
+
+@dataclass(frozen=True)
+class SlidingWindowSpec(FullAttentionSpec):
+    window: int = 0
+    kind: str = "sliding_attention"
+
+    def max_memory_bytes(self, ctx: Context) -> int:
+        # The last window-1 tokens plus what is in flight, never more than max_model_len; +1 block because the
+        # window need not start at a block boundary (SlidingWindowSpec.max_admission_blocks_per_request).
+        tokens = min(self.window - 1 + ctx.in_flight_tokens, ctx.max_model_len)
+        return (cdiv(tokens, self.block_size) + 1) * self.page_bytes
+
+
+@dataclass(frozen=True)
+class ChunkedLocalSpec(FullAttentionSpec):
+    chunk: int = 0
+    kind: str = "chunked_attention"
+
+    def max_memory_bytes(self, ctx: Context) -> int:
+        # one chunk plus what is in flight (ChunkedLocalAttentionSpec.max_admission_blocks_per_request)
+        return cdiv(min(self.chunk + ctx.in_flight_tokens, ctx.max_model_len), self.block_size) * self.page_bytes
+
+
+@dataclass(frozen=True)
+class MLASpec(CacheSpec):
+    """One latent per token, the same on every rank (MLAAttentionSpec)."""
+
+    block_size: int
+    head_size: int  # kv_lora_rank + qk_rope_head_dim
+    element_bytes: int
+    ds_mla_fp8: bool = False  # fp8_ds_mla: 656 bytes per token (512 fp8 latent, 4 fp32 scales, 64 bf16 rope)
+    indexer_bytes: int = 0  # DeepSeek V3.2's indexer keys per token, kept beside the latent
+    kind: str = "mla"
+
+    @property
+    def page_bytes(self) -> int:
+        per_token = 656 if self.ds_mla_fp8 else self.head_size * self.element_bytes
+        return self.block_size * (per_token + self.indexer_bytes)
+
+    def max_memory_bytes(self, ctx: Context) -> int:
+        return cdiv(ctx.max_model_len, self.block_size) * self.page_bytes
+
+
+@dataclass(frozen=True)
+class MambaSpec(CacheSpec):
+    """A fixed state per request (MambaSpec): conv and SSM / recurrent tensors, padded to the attention page."""
+
+    shapes: tuple[tuple[int, ...], ...]
+    dtype_bytes: tuple[int, ...]
+    mixer_kind: str
+    mode: MambaMode = "none"
+    speculative_blocks: int = 0  # one state per draft token (num_speculative_tokens)
+    checkpoint_blocks: int = 0  # Mamba2 in align mode keeps a prefill checkpoint
+    page_padded: int | None = None
+    block_size: int = 0
+    kind: str = "mamba"
+
+    @property
+    def state_bytes(self) -> int:
+        return sum(prod(s) * b for s, b in zip(self.shapes, self.dtype_bytes, strict=True))
+
+    @property
+    def page_bytes(self) -> int:
+        return self.page_padded if self.page_padded is not None else self.state_bytes
+
+    @property
+    def grows_with_block(self) -> bool:
+        return False
+
+    def max_memory_bytes(self, ctx: Context) -> int:
+        if self.mode == "align":
+            # the running state and the last block boundary's (for prefix caching), plus speculative states
+            return self.page_bytes * (2 + self.speculative_blocks + self.checkpoint_blocks)
+        return self.page_bytes * (1 + self.speculative_blocks)
+
+
+# --- a layer's spec -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SpecSettings:
+    """The engine settings that decide a layer's spec."""
+
+    block_size: int
+    kv_cache_dtype: str
+    model_dtype: str | None
+    tp: int
+    version: V.Version
+    hybrid_manager: bool
+    mamba_mode: MambaMode = "none"
+    conv_dtype: str = "auto"  # --mamba-cache-dtype
+    ssm_dtype: str = "auto"  # --mamba-ssm-cache-dtype after the model's and the platform's defaults
+    num_speculative_tokens: int = 0
+
+
+def _dtype_bytes(name: str, model_dtype: str | None) -> int:
+    """A state dtype's bytes; "auto" is the dtype the model is served in (`model_dtype`, 16 bits if unknown)."""
+    if name == "auto":
+        return DTYPE_BYTES.get((model_dtype or "bfloat16").lower(), 2)
+    return DTYPE_BYTES.get(name.lower(), 2)
+
+
+def attention_spec(m: Attention, s: SpecSettings) -> FullAttentionSpec:
+    elem, scale = kv_element_bytes(s.kv_cache_dtype, s.model_dtype)
+    heads = kv_heads_per_rank(m.kv_heads, s.tp)
+    common = dict(block_size=s.block_size, kv_heads=heads, head_size=m.head_dim, head_size_v=m.v_dim,
+                  element_bytes=elem, scale_bytes=scale)  # fmt: skip
+    if isinstance(m, SlidingWindowAttention) and s.hybrid_manager:
+        return SlidingWindowSpec(**common, window=m.window)  # type: ignore[arg-type]
+    if isinstance(m, ChunkedLocalAttention) and s.hybrid_manager:
+        return ChunkedLocalSpec(**common, chunk=m.chunk)  # type: ignore[arg-type]
+    # Without the hybrid manager, sliding and chunked layers are allocated as full attention.
+    return FullAttentionSpec(**common)  # type: ignore[arg-type]
+
+
+def mla_spec(m: MLAttention, s: SpecSettings) -> MLASpec:
+    elem, _ = kv_element_bytes(s.kv_cache_dtype if s.kv_cache_dtype != "fp8_ds_mla" else "fp8", s.model_dtype)
+    # V3.2's indexer caches fp8 keys of index_head_dim plus an fp32 scale per 128 (132 bytes for 128 dims).
+    indexer = m.indexer.head_dim + 4 * cdiv(m.indexer.head_dim, 128) if m.indexer is not None else 0
+    return MLASpec(s.block_size, m.kv_lora_rank + m.qk_rope_head_dim, elem, s.kv_cache_dtype == "fp8_ds_mla", indexer)
+
+
+# Recurrent state dtype when --mamba-ssm-cache-dtype is auto, by mixer class (vLLM's per-layer default).
+_SSM_FP32_BY_DEFAULT = frozenset({"KimiDeltaAttention"})  # MambaStateDtypeCalculator.kda_state_dtype
+
+
+def state_spec(m: Mixer, s: SpecSettings) -> MambaSpec | None:
+    """vLLM's state shapes (MambaStateShapeCalculator) and dtypes (MambaStateDtypeCalculator) for one layer."""
+    tp, spec_tokens = s.tp, s.num_speculative_tokens
+    conv_b = _dtype_bytes(s.conv_dtype, s.model_dtype)
+    ssm_name = s.ssm_dtype
+    if ssm_name == "auto" and type(m).__name__ in _SSM_FP32_BY_DEFAULT:
+        ssm_name = "float32"
+    ssm_b = conv_b if ssm_name == "auto" else _dtype_bytes(ssm_name, s.model_dtype)
+    shapes: tuple[tuple[int, ...], ...]
+    checkpoint = 0
+    if isinstance(m, GatedDeltaNet):
+        # conv over q, k and v: the last kernel-1 inputs (plus one per draft token); a head_v × head_k matrix per
+        # value head
+        shapes = (
+            (m.conv_dim // tp, m.conv_kernel - 1 + spec_tokens),
+            (m.num_v_heads // tp, m.head_v_dim, m.head_k_dim),
+        )
+    elif isinstance(m, Mamba2):
+        # n_groups not divisible by tp is padded so every head's group travels with it
+        groups = m.n_groups + (0 if m.n_groups % tp == 0 else tp - m.n_groups)
+        conv_dim = m.d_inner + 2 * groups * m.d_state
+        shapes = ((conv_dim // tp, m.conv_kernel - 1 + spec_tokens), (m.heads // tp, m.head_dim, m.d_state))
+        checkpoint = 1  # MambaMixer2.get_kv_cache_spec: one prefill checkpoint block in align mode
+    elif isinstance(m, Mamba):
+        shapes = ((m.d_inner // tp, m.conv_kernel - 1), (m.d_inner // tp, m.d_state))
+    elif isinstance(m, ShortConv):
+        shapes = ((m.hidden // tp, m.conv_kernel - 1 + spec_tokens),)
+        return MambaSpec(shapes, (conv_b,), m.kind, s.mamba_mode, spec_tokens, 0)
+    else:
+        return None
+    return MambaSpec(
+        shapes, (conv_b, ssm_b), m.kind, s.mamba_mode, spec_tokens, checkpoint if s.mamba_mode == "align" else 0
+    )
+
+
+def layer_spec(m: Mixer, s: SpecSettings) -> CacheSpec | None:
+    """The spec vLLM gives this mixer; None for a layer that keeps no cache (KV shared with another layer)."""
+    if isinstance(m, Attention):
+        return None if m.shares_kv_with is not None else attention_spec(m, s)
+    if isinstance(m, MLAttention):
+        return mla_spec(m, s)
+    return state_spec(m, s)
+
+
+def has_unmodelled(m: Mixer) -> bool:
+    """A mixer kind whose vLLM cache vlaunch does not reproduce (DeepSeek-V4's compressed attention)."""
+    return not isinstance(m, Attention | MLAttention | GatedDeltaNet | Mamba | Mamba2 | ShortConv)

