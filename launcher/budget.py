@@ -82,7 +82,7 @@ class EngineArgs:
             hybrid_manager=self.hybrid_manager,
             max_model_len=self.max_model_len,
             max_num_batched_tokens=self.max_num_batched_tokens,
-            mamba_mode="align" if self.mamba_cache_mode == "align" else "none",
+            mamba_mode=self.mamba_cache_mode if self.mamba_cache_mode in ("align", "all") else "none",  # type: ignore[arg-type]
             mamba_cache_dtype=self.mamba_cache_dtype,
             ssm_dtype=self.mamba_ssm_cache_dtype,
             num_speculative_tokens=self.num_speculative_tokens,
@@ -168,11 +168,14 @@ def resolve_engine_args(
     seqs = max_num_seqs or d_seqs
     has_state = any(m.kind in STATE_KINDS for layer in shape.layers for m in layer.mixers)
     attention_free = all(m.kind in STATE_KINDS for layer in shape.layers for m in layer.mixers)
-    # ModelConfig.is_prefix_caching_supported: on for generative decoders and hybrids, off for attention-free
-    # models ("still experimental") and for pooling runners over encoders or mean/CLS pooling.
-    caching = (not pooling and not attention_free) if prefix_caching is None else prefix_caching
+    # ModelConfig.is_prefix_caching_supported: on for generative decoders, for hybrids since 0.26; off for
+    # attention-free models ("still experimental") and for pooling runners over encoders or mean/CLS pooling.
+    hybrid = has_state and not attention_free
+    default_caching = not pooling and not attention_free and (not hybrid or V.HYBRID_PREFIX_CACHING.on(version))
+    caching = default_caching if prefix_caching is None else prefix_caching
     has_gdn = any(m.kind == "linear_attention" for layer in shape.layers for m in layer.mixers)
-    mode = ve.mamba_mode(mamba_cache_mode, caching, version) if has_state else "none"
+    supports_all = shape.model_type in ve.MAMBA_PREFIX_CACHING
+    mode = ve.mamba_mode(mamba_cache_mode, caching, version, supports_all) if has_state else "none"
     return EngineArgs(
         version=version,
         engine=engine,
@@ -465,6 +468,7 @@ class PlanRequest:
     gpus: int = 1
     pp_rank: int = 0
     cpu_rss_bytes: int | None = None  # CPU backend: worker RSS at KV time, when measured
+    drafter: Model | None = None  # a draft model / EAGLE head speculating for this one (its layers join the pool)
     calibration: Calibrated | None = None  # measured terms from earlier runs of this version on this machine
 
 
@@ -490,7 +494,7 @@ def _util_ceil(x: float) -> float:
 def predict(req: PlanRequest) -> Prediction:
     s, a = req.shape, req.args
     v = a.version
-    lay, ctx = rank_layout(s, a, req.pp_rank)
+    lay, ctx = rank_layout(s, a, req.pp_rank, req.drafter)
     per_req_blocks = vp.blocks_per_request(lay, ctx)
     request_bytes = per_req_blocks * lay.bytes_per_block  # one block id spans a layer of every group
     state_raw, state_charged = state_bytes_per_request(lay, ctx)
@@ -695,10 +699,17 @@ def predict(req: PlanRequest) -> Prediction:
     )
 
 
-def rank_layers(s: Model, a: EngineArgs, pp_rank: int | None = None) -> tuple[tuple[Layer, ...], list[bool]]:
-    """The model's layers as vLLM builds them (MTP drafter layers last when speculating with MTP), and which
-    of them one pipeline rank holds (None: all). The drafter runs on the last stage."""
-    layers = s.layers + (s.mtp_layers if a.speculative_method == "mtp" else ())
+def rank_layers(
+    s: Model, a: EngineArgs, pp_rank: int | None = None, drafter: Model | None = None
+) -> tuple[tuple[Layer, ...], list[bool]]:
+    """The layers vLLM builds, in its order: the model's, then the speculator's (MTP layers, or a draft model's /
+    EAGLE head's), and which of them one pipeline rank holds (None: all). The speculator runs on the last stage."""
+    extra: tuple[Layer, ...] = ()
+    if a.speculative_method == "mtp":
+        extra = s.mtp_layers
+    elif drafter is not None:
+        extra = drafter.layers
+    layers = s.layers + extra
     if pp_rank is None:
         return layers, [True] * len(layers)
     mine = pp_layer_ranges(s.num_layers, a.pipeline_parallel_size)[pp_rank]
@@ -706,11 +717,11 @@ def rank_layers(s: Model, a: EngineArgs, pp_rank: int | None = None) -> tuple[tu
     return layers, [i in mine or (i >= s.num_layers and last) for i in range(len(layers))]
 
 
-def rank_layout(s: Model, a: EngineArgs, pp_rank: int = 0) -> tuple[vp.KVLayout, Context]:
+def rank_layout(s: Model, a: EngineArgs, pp_rank: int = 0, drafter: Model | None = None) -> tuple[vp.KVLayout, Context]:
     """vLLM's blocks for one rank: every layer's spec, the hybrid block size, the groups over the whole model
     projected onto this rank's layers."""
     cache = a.cache_settings()
-    layers, owned = rank_layers(s, a, pp_rank)
+    layers, owned = rank_layers(s, a, pp_rank, drafter)
     specs: list[CacheSpec | None] = []
     mask: list[bool] = []
     for layer, own in zip(layers, owned, strict=True):
@@ -728,6 +739,7 @@ def rank_layout(s: Model, a: EngineArgs, pp_rank: int = 0) -> tuple[vp.KVLayout,
         user_block_size=a.user_block_size,
         mamba_mode=a.mamba_cache_mode,
         owned=mask,
+        mamba_chunk=s.mamba_chunk_size or 256,
     )
     if lay.groups and all(isinstance(g.spec, MambaSpec) for g in lay.groups) and a.mamba_cache_mode == "none":
         # attention-free without prefix caching: a state block stands for a whole max_model_len sequence

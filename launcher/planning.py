@@ -175,6 +175,40 @@ def _ckpt_has_mtp(ckpt: Any, shape: Model) -> bool:
     return False
 
 
+# Speculative methods that load no weights and add no layers (their num_speculative_tokens still widens
+# Mamba states), and those that load a drafter model (its weights, and its attention layers join the pool).
+NO_DRAFTER = frozenset({"ngram", "ngram_gpu", "suffix"})
+DRAFTER_METHODS = frozenset({"draft_model", "eagle", "eagle3"})
+
+
+def _drafter(
+    speculative: dict[str, Any], resolved: str | None, method: str | None, target_tp: int
+) -> tuple[Model | None, int]:
+    """The drafter vLLM loads for `--speculative-config` with a model: its layers, and its weights per rank."""
+    if resolved in (None, "mtp") or resolved in NO_DRAFTER:
+        return None, 0
+    if resolved not in DRAFTER_METHODS:
+        raise ConfigError(
+            f"speculative method {method!r}: its drafter is not planned (MTP, EAGLE, EAGLE-3, draft models and "
+            "n-gram are); plan without it for the target model alone",
+            field="speculative_config.method",
+        )
+    name = speculative.get("model")
+    if not name:
+        raise ConfigError(f"speculative method {method!r} needs a drafter model", field="speculative_config.model")
+    dsrc = load(str(name))
+    dshape, dckpt = read_model(dsrc)
+    dspec = formats.detect(dshape, dsrc.hf_quant_config)
+    dts = dshape.tensors()
+    if dckpt is not None and dckpt.total_bytes:
+        total = dckpt.total_bytes  # exactly what the drafter's files hold
+    else:
+        total = sum(formats.tensor_bytes(dshape, dspec, dts))
+    # draft_tensor_parallel_size defaults to the target's (SpeculativeConfig._verify_and_get_draft_tp)
+    tp = int(speculative.get("draft_tensor_parallel_size") or speculative.get("tensor_parallel_size") or target_tp)
+    return dshape, -(-total // tp)
+
+
 def is_mtp(method: str | None) -> bool:
     """vLLM's MTP methods: "mtp" and the per-family "<family>_mtp" names."""
     return method is not None and (method == "mtp" or method.endswith("_mtp"))
@@ -264,7 +298,10 @@ def make_plan(
         pooling=profile.runner == "pooling",
         cpu_bf16=platform == "cpu" and cpu_has_avx512_bf16(),
         disable_hybrid_manager=profile.disable_hybrid_kv_cache_manager,
-        chunked_with_hybrid=env.get("VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE", "1") != "0",
+        chunked_with_hybrid=env.get(
+            "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE", "1" if V.CHUNKED_WITH_HYBRID.on(version) else "0"
+        )
+        != "0",
     )
     if args.speculative_method == "mtp" and not shape.mtp_layers:
         raise ConfigError(
@@ -273,12 +310,7 @@ def make_plan(
             source=src.config_path,
             field="speculative_config.method",
         )
-    if args.speculative_method not in (None, "mtp", "ngram", "ngram_gpu", "suffix"):
-        raise ConfigError(
-            f"speculative method {method!r}: the drafter's weights and KV layers are not planned yet "
-            "(MTP and n-gram are); plan without it for the target model alone",
-            field="speculative_config.method",
-        )
+    drafter, drafter_bytes = _drafter(speculative, args.speculative_method, method, args.tensor_parallel_size)
 
     kv = kv_per_token(shape, args.kv_cache_dtype, args.tensor_parallel_size)
     exact_extra = 0
@@ -318,6 +350,8 @@ def make_plan(
 
     def request(slot: _Slot, util_: float | None) -> budget.PlanRequest:
         weights = budget.rank_weight_bytes(shape, ts, per_tensor, spec, args, slot.pp_rank) + exact_extra
+        if slot.pp_rank == args.pipeline_parallel_size - 1:
+            weights += drafter_bytes  # the drafter runs on the last stage
         rss = cpu_rss_bytes
         if rss is None and calibrated is not None:
             rss = calibrated.base_bytes + weights
@@ -337,6 +371,7 @@ def make_plan(
             gpus=slot.machine.gpus,
             pp_rank=slot.pp_rank,
             cpu_rss_bytes=rss,
+            drafter=drafter,
             calibration=gpu_terms,
         )
 

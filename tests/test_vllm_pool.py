@@ -36,14 +36,20 @@ def test_gpt_oss_two_groups_of_twelve() -> None:
     assert vp.blocks_per_request(lay, ctx(16384, mnbt=8192)) == 1024 + (-(-(127 + 8192) // 16)) + 1
 
 
-def test_group_size_rule_changed_in_0_30() -> None:
-    """gpt-oss + an EAGLE layer, 13 full + 12 sliding: before 0.30 groups of 12 (full split in two), since
-    0.30 one group of 13 per kind with a padding layer (kv_cache_utils comment)."""
-    specs = [full()] * 13 + [sliding(128)] * 12
-    old = vp.layout(specs, block_size=16, version=(0, 29, 0))
-    new = vp.layout(specs, block_size=16, version=(0, 30, 0))
-    assert (old.group_size, old.n_groups, old.padding_layers) == (12, 3, (11,))
-    assert (new.group_size, new.n_groups, new.padding_layers) == (13, 2, (1,))
+def test_group_size_rule_by_version() -> None:
+    """gpt-oss + an EAGLE layer, 13 full + 12 sliding: before 0.12 groups of the smaller count, 12 (the full
+    layers split in two, 11 padding layers); from 0.12 counts within 1.25× of each other make one group per kind
+    of 13 (1 padding layer); from 0.18 within 1.5× (kv_cache_utils: "12 sw + 13 full. We pad it to (13 sw,
+    13 full) instead of (12 sw, 24 full)")."""
+
+    def shape(n_full: int, n_sw: int, version: V.Version) -> tuple[int, int, tuple[int, ...]]:
+        lay = vp.layout([full()] * n_full + [sliding(128)] * n_sw, block_size=16, version=version)
+        return lay.group_size, lay.n_groups, lay.padding_layers
+
+    assert shape(13, 12, (0, 11, 0)) == (12, 3, (11,))
+    assert shape(13, 12, (0, 12, 0)) == (13, 2, (1,))
+    assert shape(16, 12, (0, 17, 0)) == (12, 3, (8,))  # 16 ≥ 1.25 × 12
+    assert shape(16, 12, (0, 18, 0)) == (16, 2, (4,))  # 16 < 1.5 × 12
 
 
 def test_qwen3_5_with_mtp_pads_three_layers() -> None:
@@ -80,7 +86,8 @@ def test_without_the_hybrid_manager_sliding_is_full() -> None:
 def test_every_rule_is_listed_once() -> None:
     names = [r.name for r in V.RULES]
     assert len(names) == len(set(names))
-    assert V.GROUP_SIZE_CLOSE in V.changes_in((0, 30, 1))
+    assert V.GROUP_SIZE_CLOSE in V.changes_in((0, 18, 1))
+    assert V.HYBRID_PREFIX_CACHING in V.changes_in((0, 26, 0))
 
 
 @settings(max_examples=200, deadline=None)
@@ -128,3 +135,25 @@ def test_pipeline_ranks_project_the_global_groups() -> None:
         assert lay.bytes_per_block == full().page_bytes
     whole = vp.layout(specs, block_size=16, version=(0, 32, 0))
     assert [g.layers for g in whole.groups] == [2, 2, 2]
+
+
+def test_mamba_cache_mode_by_version() -> None:
+    """Granite 4.0-H (SupportsMambaPrefixCaching): prefix caching is off for hybrids before 0.26 (one state block
+    per request), on from 0.26 in 'all' mode (a state per block of context) and in 'align' mode from 0.28."""
+    from pathlib import Path
+
+    from launcher.planning import make_plan, profile_from_flags
+
+    cfg = Path(__file__).parent / "fixtures" / "configs-v2" / "extra" / "granitemoehybrid--granite-4.0-h-tiny.json"
+
+    def mode(version: str, **kw: object) -> tuple[str, int]:
+        prof = profile_from_flags(None, str(cfg), machine="h100-80gb", max_model_len=8192, **kw)
+        p = make_plan(prof.with_overrides(vllm={"version": version}), live=False, use_calibration=False).prediction
+        return p.args.mamba_cache_mode, p.pool.blocks_per_request
+
+    m25, b25 = mode("0.25.0")
+    m27, b27 = mode("0.27.0")
+    m32, b32 = mode("0.32.0")
+    assert (m25, m27, m32) == ("none", "all", "align")
+    assert b27 > b32 > b25
+    assert mode("0.32.0", enable_prefix_caching=False)[0] == "none"

@@ -154,8 +154,19 @@ def build(c: Cfg, meta: Meta, *, vocab: int, hidden: int, layers: Sequence[Any],
         defaults_used=tuple(sorted(c.used)),
         wrapper_type=meta.wrapper_type,
         ssm_state_dtype=_ssm_dtype(c),
+        mamba_chunk_size=_chunk(c),
         **kw,
     )
+
+
+def _chunk(c: Cfg) -> int | None:
+    """The SSM scan's chunk size vLLM reads (ModelConfig.get_mamba_chunk_size): `mamba_chunk_size`, else
+    `chunk_size`."""
+    for key in ("mamba_chunk_size", "chunk_size"):
+        v = c.raw.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
 
 
 def _ssm_dtype(c: Cfg) -> str | None:

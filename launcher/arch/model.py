@@ -51,6 +51,7 @@ class Model:
     wrapper_type: str | None = None  # the multimodal wrapper's model_type, when the config is one
     causal: bool = True  # False: an encoder (BERT-like); vLLM's pooling runner keeps no KV cache for it
     ssm_state_dtype: str | None = None  # the config's SSM state dtype (mamba_ssm_dtype / mamba_ssm_cache_dtype)
+    mamba_chunk_size: int | None = None  # the SSM scan's chunk (config `mamba_chunk_size` / `chunk_size`)
     header_weights: bool = False  # generic: `extra` is the checkpoint's own tensor list; layers carry no weights
 
     # ---- tensors --------------------------------------------------------------------------------------------

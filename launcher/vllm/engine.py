@@ -48,11 +48,22 @@ def max_concurrent_batches(platform: Platform, version: V.Version, pp: int, spec
 ASYNC_SPEC_METHODS = frozenset({"eagle", "eagle3", "mtp", "draft_model", "ngram_gpu"})
 
 
-def mamba_mode(requested: str, prefix_caching: bool, version: V.Version) -> MambaMode:
-    """MambaModelConfig: with prefix caching on, 'none' becomes 'align'."""
-    if requested in ("none", "align"):
+def mamba_mode(requested: str, prefix_caching: bool, version: V.Version, supports_all: bool) -> MambaMode:
+    """MambaModelConfig: with prefix caching on, 'none' becomes 'align' ('all' for models with
+    SupportsMambaPrefixCaching, 0.15-0.27); without prefix caching, 'none'."""
+    if requested in ("none", "align", "all"):
         return requested  # type: ignore[return-value]
-    return "align" if prefix_caching and V.MAMBA_ALIGN.on(version) else "none"
+    if not prefix_caching or not V.MAMBA_MODES.on(version):
+        return "none"
+    if supports_all and not V.MAMBA_ALIGN_ALWAYS.on(version):
+        return "all"
+    return "align"
+
+
+# vLLM model classes with SupportsMambaPrefixCaching (0.15-0.27: 'all' mode), by model_type.
+MAMBA_PREFIX_CACHING = frozenset(
+    {"bamba", "falcon_h1", "granitemoehybrid", "jamba", "mamba", "mamba2", "nemotron_h", "zamba2"}
+)
 
 
 # SSM / recurrent state dtype defaults by vLLM architecture when --mamba-ssm-cache-dtype is auto

@@ -107,9 +107,11 @@ def align_block_size(
     kernel_block: int,
     user_block_size: bool,
     version: V.Version = V.LATEST,
+    mamba_chunk: int | None = None,
 ) -> tuple[int, int]:
-    """(attention block size, state page) for a hybrid: the smallest multiple of the kernel block whose attention
-    page holds the largest state (Platform._align_hybrid_block_size). Non-hybrids keep their block size."""
+    """(attention block size, state page) for a hybrid: the smallest block, at the multiple the version uses, whose
+    attention page holds the largest state (Platform._align_hybrid_block_size; HybridAttentionMambaModelConfig
+    before 0.20). Non-hybrids keep their block size. `mamba_chunk`: 'all' mode aligns to the SSM chunk too."""
     attn = [s for s in specs if s is not None and s.grows_with_block]
     states = [s for s in specs if isinstance(s, MambaSpec)]
     if not states:
@@ -119,9 +121,19 @@ def align_block_size(
         return block_size, mamba_page  # attention-free: no backend to align with
     first = attn[0]
     per_token = first.with_block_size(1).page_bytes  # the model's attention page for one token
-    alignment = max(kernel_block, block_size)
-    needed = alignment * cdiv(mamba_page, alignment * per_token)
-    needed = kernel_block * cdiv(needed, kernel_block)
+    mla = isinstance(first, MLASpec)
+    if V.HYBRID_ALIGN_BACKEND.on(version):
+        alignment = max(kernel_block, block_size, 128 if mla else 0)  # MLA decode kernels want 128
+    else:
+        alignment = 64 if mla else 16  # "some attention backends only support multiples of 16"
+    if mamba_chunk:
+        # 'all' mode: a block boundary must also be a chunk boundary of the SSM scan
+        chunk = math.lcm(mamba_chunk, alignment)
+        needed = chunk * cdiv(cdiv(mamba_page, per_token), chunk)
+    else:
+        needed = alignment * cdiv(mamba_page, alignment * per_token)
+    if V.HYBRID_ALIGN_BACKEND.on(version):
+        needed = kernel_block * cdiv(needed, kernel_block)
     # An explicit --block-size is overridden too when it is too small for the state.
     return max(block_size, needed), mamba_page
 
@@ -136,6 +148,7 @@ def layout(
     user_block_size: bool = False,
     mamba_mode: str = "none",
     owned: Sequence[bool] | None = None,
+    mamba_chunk: int | None = None,
 ) -> KVLayout:
     """Group the model's layer specs as vLLM's KV-cache manager does (`specs` built at `block_size`), then keep
     the layers this rank owns (`owned`, one flag per spec; pipeline parallel): groups are formed over the whole
@@ -147,9 +160,15 @@ def layout(
         # attention-free and stateless: vLLM keeps one null block and no pool
         return KVLayout(block_size, 0, 0, (), 0, False, 0, requested_block_size=block_size)
     bs, mamba_page = align_block_size(
-        live, block_size, kernel_block=kernel_block, user_block_size=user_block_size, version=version
+        live,
+        block_size,
+        kernel_block=kernel_block,
+        user_block_size=user_block_size,
+        version=version,
+        mamba_chunk=mamba_chunk if mamba_mode == "all" else None,
     )
-    live = [s.with_block_size(bs) if s.grows_with_block else s for s in live]
+    # attention pages at the new block size; in 'all' mode a state block covers as many tokens
+    live = [s.with_block_size(bs) if s.grows_with_block or mamba_mode == "all" else s for s in live]
     if mamba_page and any(s.grows_with_block for s in live):
         attn_page = next(s for s in live if s.grows_with_block).page_bytes
         live = [replace(s, page_padded=attn_page) if isinstance(s, MambaSpec) else s for s in live]
@@ -174,7 +193,10 @@ def layout(
         buckets.setdefault(s, []).append(o)
     counts = [len(v) for v in buckets.values()]
     group_size = min(counts)
-    if V.GROUP_SIZE_CLOSE.on(version) and max(counts) < 1.5 * min(counts):
+    # counts close to each other: one group per kind of the largest count, padding the others (fewer padded
+    # layers than splitting the larger kind)
+    close = 1.5 if V.GROUP_SIZE_CLOSE.on(version) else 1.25 if V.GROUP_SIZE_125.on(version) else 0.0
+    if max(counts) < close * min(counts):
         group_size = max(counts)
     groups: list[Group] = []
     padding: list[int] = []

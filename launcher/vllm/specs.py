@@ -30,7 +30,7 @@ from launcher.kv import kv_element_bytes
 from launcher.units import cdiv
 from launcher.vllm import versions as V
 
-MambaMode = Literal["none", "align"]
+MambaMode = Literal["none", "align", "all"]
 
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2}
 
@@ -172,6 +172,9 @@ class MambaSpec(CacheSpec):
         return False
 
     def max_memory_bytes(self, ctx: Context) -> int:
+        if self.mode == "all":
+            # a state at every block boundary of the context (models with SupportsMambaPrefixCaching, 0.15-0.27)
+            return cdiv(ctx.max_model_len, self.block_size) * self.page_bytes
         if self.mode == "align":
             # the running state and the last block boundary's (for prefix caching), plus speculative states
             return self.page_bytes * (2 + self.speculative_blocks + self.checkpoint_blocks)
@@ -231,6 +234,8 @@ _SSM_FP32_BY_DEFAULT = frozenset({"KimiDeltaAttention"})  # MambaStateDtypeCalcu
 def state_spec(m: Mixer, s: SpecSettings) -> MambaSpec | None:
     """vLLM's state shapes (MambaStateShapeCalculator) and dtypes (MambaStateDtypeCalculator) for one layer."""
     tp, spec_tokens = s.tp, s.num_speculative_tokens
+    # blocks kept per draft token (one state per speculative position) since 0.15; the conv window widens anyway
+    spec_blocks = spec_tokens if V.MAMBA_MODES.on(s.version) else 0
     conv_b = _dtype_bytes(s.conv_dtype, s.model_dtype)
     ssm_name = s.ssm_dtype
     if ssm_name == "auto" and type(m).__name__ in _SSM_FP32_BY_DEFAULT:
@@ -255,7 +260,7 @@ def state_spec(m: Mixer, s: SpecSettings) -> MambaSpec | None:
         shapes = ((m.d_inner // tp, m.conv_kernel - 1), (m.d_inner // tp, m.d_state))
     elif isinstance(m, ShortConv):
         shapes = ((m.hidden // tp, m.conv_kernel - 1 + spec_tokens),)
-        return MambaSpec(shapes, (conv_b,), m.kind, s.mamba_mode, spec_tokens, 0)
+        return MambaSpec(shapes, (conv_b,), m.kind, s.mamba_mode, spec_blocks, 0)
     else:
         return None
     return MambaSpec(

@@ -85,17 +85,41 @@ PER_GROUP_BLOCKS = Rule(
     "kv_cache_utils.get_max_concurrency_for_kv_cache_config",
 )  # fmt: skip
 IN_FLIGHT_TOKENS = Rule(
-    "in_flight_tokens", (0, 27, 0),
+    "in_flight_tokens", (0, 26, 0),
     "sliding and chunked layers keep max_concurrent_batches × max_num_batched_tokens in flight",
-    "vllm/config/vllm.py max_in_flight_tokens",
+    "vllm/config/vllm.py max_in_flight_tokens (before: max_num_batched_tokens)",
+)  # fmt: skip
+GROUP_SIZE_125 = Rule(
+    "group_size_125", (0, 12, 0), "group size = the largest kind's count when it is < 1.25 × the smallest",
+    "kv_cache_utils._get_kv_cache_groups_uniform_page_size (the smallest count before)",
 )  # fmt: skip
 GROUP_SIZE_CLOSE = Rule(
-    "group_size_close", (0, 30, 0), "group size = the largest kind's count when it is < 1.5 × the smallest",
+    "group_size_close", (0, 18, 0), "group size = the largest kind's count when it is < 1.5 × the smallest",
     "kv_cache_utils._get_kv_cache_groups_uniform_page_size",
 )  # fmt: skip
-MAMBA_ALIGN = Rule(
-    "mamba_align", (0, 19, 0), "with prefix caching, mamba layers keep 2 state blocks per request (align mode)",
-    "vllm/model_executor/models/config.py MambaModelConfig (in 0.19.0, not in 0.14.0; between them unread)",
+MAMBA_MODES = Rule(
+    "mamba_modes", (0, 15, 0),
+    "with prefix caching a mamba layer keeps 2 state blocks (align) or one per block of context (all, models with "
+    "SupportsMambaPrefixCaching); without, 1 + one per speculative token (1 before)",
+    "vllm/model_executor/models/config.py MambaModelConfig; v1/kv_cache_interface.py MambaSpec",
+)  # fmt: skip
+HYBRID_PREFIX_CACHING = Rule(
+    "hybrid_prefix_caching", (0, 26, 0), "prefix caching on by default for hybrid models (off before)",
+    "vllm/config/model.py is_prefix_caching_supported",
+)  # fmt: skip
+MAMBA_ALIGN_ALWAYS = Rule(
+    "mamba_align_always", (0, 28, 0), "align mode for every mamba model with prefix caching (no 'all' mode)",
+    "vllm/model_executor/models/config.py MambaModelConfig",
+)  # fmt: skip
+CHUNKED_WITH_HYBRID = Rule(
+    "chunked_with_hybrid", (0, 14, 0),
+    "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE defaults to 1 (0 from 0.10.1: chunked local attention "
+    "turned the hybrid manager off)", "vllm/envs.py",
+)  # fmt: skip
+HYBRID_ALIGN_BACKEND = Rule(
+    "hybrid_align_backend", (0, 20, 0),
+    "the hybrid block-size multiple is max(the backend's smallest kernel block, the block size) (16 before; 64 "
+    "for MLA)", "Platform._align_hybrid_block_size",
 )  # fmt: skip
 HYBRID_BLOCK_ALIGN = Rule(
     "hybrid_block_align", (0, 10, 2), "attention block size raised until a page holds a mamba state",
@@ -103,7 +127,9 @@ HYBRID_BLOCK_ALIGN = Rule(
 )  # fmt: skip
 
 # --- platforms ---------------------------------------------------------------------------------------------------
-CPU_BLOCK_128 = Rule("cpu_block_128", (0, 11, 0), "CPU block size 128 (16 before)", "vllm/platforms/cpu.py")
+CPU_BLOCK_128 = Rule(
+    "cpu_block_128", (0, 11, 1), "CPU block size 128 (16 before, unless IPEX was installed)", "vllm/platforms/cpu.py"
+)
 CPU_MLA_BLOCK_16 = Rule("cpu_mla_block_16", (0, 28, 0), "CPU MLA backend needs block size 16", "vllm/platforms/cpu.py")
 CPU_DEVICE_NAME = Rule(
     "cpu_device_name",
@@ -121,8 +147,9 @@ V08_POOL_LINE = Rule(
 RULES: tuple[Rule, ...] = (
     V1_OPT_IN, V1_ENGINE, V0_REMOVED, UTIL_092, CEIL_BUDGET, KV_FP8_FROM_CHECKPOINT, TOWER_SKIP, NON_TORCH_025,
     V1_CONTEXT_IN_BUDGET_UNTIL, CUDAGRAPH_IN_BUDGET, HYBRID_MANAGER, TOKENS_FROM_CONCURRENCY, PER_GROUP_BLOCKS,
-    IN_FLIGHT_TOKENS, GROUP_SIZE_CLOSE, MAMBA_ALIGN, HYBRID_BLOCK_ALIGN, CPU_BLOCK_128, CPU_MLA_BLOCK_16,
-    CPU_DEVICE_NAME, V08_POOL_LINE,
+    IN_FLIGHT_TOKENS, GROUP_SIZE_125, GROUP_SIZE_CLOSE, MAMBA_MODES, HYBRID_PREFIX_CACHING, MAMBA_ALIGN_ALWAYS,
+    CHUNKED_WITH_HYBRID, HYBRID_BLOCK_ALIGN, HYBRID_ALIGN_BACKEND, CPU_BLOCK_128, CPU_MLA_BLOCK_16, CPU_DEVICE_NAME,
+    V08_POOL_LINE,
 )  # fmt: skip
 
 

@@ -1,0 +1,94 @@
+"""Speculative decoding in a plan: MTP layers, draft models and EAGLE heads join the weights and the KV groups."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner
+
+from launcher.cli import main
+
+FIXTURES = Path(__file__).parent / "fixtures"
+QWEN35 = FIXTURES / "configs-v2" / "extra" / "qwen3_5_moe--35b-a3b.json"
+
+
+def plan(*args: str) -> tuple[int, dict[str, Any], str]:
+    r = CliRunner().invoke(main, ["plan", *args, "--json"])
+    return r.exit_code, (json.loads(r.stdout) if r.stdout.strip().startswith("{") else {}), r.stderr
+
+
+def test_mtp_adds_a_full_attention_layer_and_three_padding_layers() -> None:
+    """Qwen3.5-35B-A3B: 30 Gated DeltaNet + 10 attention layers; its one MTP layer makes 11 attention layers,
+    so groups of 11 and the 30 state layers padded by 3 (as a Spark log with MTP shows)."""
+    base = ["--config", str(QWEN35), "--machine", "dgx-spark", "--max-model-len", "131072"]
+    code, off, err = plan(*base)
+    assert code == 0, err
+    code, on, err = plan(*base, "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}')
+    assert code == 0, err
+    assert (off["padding_layers"], off["kv_cache_groups"]) == (0, 4)  # groups of 10: 3 state + 1 attention
+    assert (on["padding_layers"], on["kv_cache_groups"]) == (3, 4)  # groups of 11
+    assert on["weights_bytes"] > off["weights_bytes"]  # the MTP layer's weights are loaded
+    # one more conv column per draft token and one more state block per request
+    assert on["state_bytes_per_request"] > off["state_bytes_per_request"]
+    assert on["block_size"] == off["block_size"] == 1056
+
+
+def test_a_draft_model_adds_its_layers_and_weights() -> None:
+    base = ["--config", str(FIXTURES / "configs" / "Qwen3-32B.json"), "--machine", "h100-80gb",
+            "--max-model-len", "32768"]  # fmt: skip
+    _, alone, _ = plan(*base)
+    small = str(FIXTURES / "configs" / "Qwen3-0.6B.json")
+    draft = {"method": "draft_model", "model": small, "num_speculative_tokens": 3}
+    _, both, err = plan(*base, "--speculative-config", json.dumps(draft))
+    assert both, err
+    # Qwen3-0.6B: 28 layers with the same KV page as Qwen3-32B's 64, so one group of 92 layers
+    assert both["kv_layout"]["groups"] == [{"kind": "full_attention", "layers": 92, "page_bytes": 65536}]
+    assert both["weights_bytes"] - alone["weights_bytes"] > 1_000_000_000  # 0.6B parameters in bf16
+    assert both["vllm_argv"][-2:] == ["--speculative-config", json.dumps(draft, separators=(",", ":"))]
+
+
+def test_mtp_without_mtp_layers_and_unplanned_methods_are_one_line_errors() -> None:
+    r = CliRunner().invoke(
+        main,
+        ["plan", "--config", str(FIXTURES / "configs" / "Qwen3-8B.json"), "--machine", "h100-80gb",
+         "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}'],
+    )  # fmt: skip
+    assert r.exit_code == 2 and "needs MTP layers" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = CliRunner().invoke(
+        main,
+        ["plan", "--config", str(FIXTURES / "configs" / "Qwen3-8B.json"), "--machine", "h100-80gb",
+         "--speculative-config", '{"method": "medusa", "model": "x/y", "num_speculative_tokens": 2}'],
+    )  # fmt: skip
+    assert r.exit_code == 2 and "not planned" in r.stderr
+    r = CliRunner().invoke(
+        main,
+        ["plan", "--config", str(FIXTURES / "configs" / "Qwen3-8B.json"), "--machine", "h100-80gb",
+         "--speculative-config", '{"method": "mpt", "num_speculative_tokens": 1}'],
+    )  # fmt: skip
+    assert r.exit_code == 2 and "did you mean 'mtp'" in r.stderr
+
+
+def test_ngram_loads_nothing() -> None:
+    base = ["--config", str(FIXTURES / "configs" / "Qwen3-8B.json"), "--machine", "h100-80gb"]
+    _, alone, _ = plan(*base)
+    _, ngram, err = plan(*base, "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 4}')
+    assert ngram, err
+    assert ngram["weights_bytes"] == alone["weights_bytes"] and ngram["kv_pool_tokens"] == alone["kv_pool_tokens"]
+
+
+def test_hybrid_plan_text_says_state_block_size_groups_and_users() -> None:
+    r = CliRunner().invoke(
+        main, ["plan", "--model", str(QWEN35), "--machine", "dgx-spark", "--max-model-len", "131072"]
+    )
+    assert r.exit_code == 0, r.stderr
+    out = r.stdout
+    # 30 layers × (conv (2×16×128 + 32×128) × 3 in bf16 + 32 × 128 × 128 in float32) = 30 × 2,146,304 bytes
+    assert "state per request: 61.41 MiB over 30 Mamba/linear-attention layers" in out
+    assert "SSM state float32" in out
+    assert "attention block size 1056 tokens" in out
+    assert "KV cache groups: 4 of 10 layers (3 × linear_attention, 1 × full_attention)" in out
+    assert "only 10 of 40 layers grow with context" in out
+    assert "max users at 131,072 tokens:" in out
+    assert "\n  state  " in out  # its own bucket row
