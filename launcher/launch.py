@@ -30,6 +30,7 @@ from launcher import calibration, guard
 from launcher.check import compare, render_comparison
 from launcher.planning import Plan
 from launcher.vllm import logs
+from launcher.vllm import pool as vp
 from launcher.vllm import versions as V
 from launcher.vllm.logs import Stage
 
@@ -298,17 +299,18 @@ def _calibrate_cpu(plan: Plan, f: logs.LogFacts, record: dict[str, Any]) -> None
         return
     if f.gpu_memory_utilization is None or f.requested_memory_gib is None or p.args.kv_cache_memory_bytes:
         return
-    lay = p.layout
+    pool_bytes = vp.pool_bytes_from_tokens(p.layout, p.args.cache_settings().context(), f.kv_pool_tokens)
     base = calibration.cpu_worker_from_log(
-        f.total_memory_gib,
-        float(f.gpu_memory_utilization),
-        f.kv_pool_tokens,
-        lay.bytes_per_block // lay.block_size,
-        p.weights_bytes,
+        f.total_memory_gib, float(f.gpu_memory_utilization), pool_bytes, p.weights_bytes
     )
     with contextlib.suppress(OSError):
         entry = calibration.record_cpu_worker(
-            "cpu", V.fmt_version(p.args.version), plan.profile.vllm.python, base, f"serve {plan.profile.name}"
+            "cpu",
+            V.fmt_version(p.args.version),
+            plan.profile.vllm.python,
+            base,
+            f"serve {plan.profile.name}",
+            family=plan.shape.family,
         )
         record["calibration"] = {"cpu_worker_base_bytes": entry.base_bytes, "runs": entry.runs}
 

@@ -71,9 +71,7 @@ class Plan:
             "state_request_bytes": p.state_request_bytes,
             "state_need_bytes": p.state_need_bytes,
             "block_size": p.layout.block_size,
-            "mamba_block_size": p.layout.block_size
-            if p.args.mamba_cache_mode == "align" and p.layout.mamba_page_bytes
-            else None,
+            "mamba_block_size": _mamba_block_size(p),
             "padding_layers": sum(p.layout.padding_layers),
             "kv_cache_groups": len(p.layout.groups),
             "activation_peak_bytes": p.activation_peak_bytes,
@@ -110,6 +108,14 @@ class Plan:
             "vllm_env": dict(self.env),
             "predicted_log_line": vp.format_tokens_line(p.pool, p.args.max_model_len, p.args.version, p.args.platform),
         }
+
+
+def _mamba_block_size(p: budget.Prediction) -> int | None:
+    """Tokens one state block stands for (MambaModelConfig): the attention block with prefix caching, the
+    whole max_model_len without."""
+    if not p.layout.mamba_page_bytes:
+        return None
+    return p.layout.block_size if p.args.mamba_cache_mode in ("align", "all") else p.args.max_model_len
 
 
 def _config_source(profile: Profile) -> ModelSource:
@@ -326,7 +332,7 @@ def make_plan(
         use_calibration = os.environ.get("VLAUNCH_NO_CALIBRATION") in (None, "", "0")
     calibrated = None
     if platform == "cpu" and cpu_rss_bytes is None and use_calibration:
-        calibrated = lookup_cpu_worker("cpu", V.fmt_version(version), profile.vllm.python)
+        calibrated = lookup_cpu_worker("cpu", V.fmt_version(version), profile.vllm.python, family=shape.family)
     gpu_terms = None
     if platform == "cuda" and use_calibration and profile.overhead_gib is None:
         key = machine_key(machine.name, machine.total_bytes)

@@ -124,6 +124,8 @@ def render_plan(plan: Plan, *, bar: BarStyle | None = "ascii") -> str:
     lay = p.layout
     kv_rows: list[tuple[str, int, str]] = [
         ("KV cache", p.kv_need_bytes, f"{prof.users} × {a.max_model_len:,} tokens × {per_tok / KiB:.1f} KiB")
+        if lay.groups
+        else ("KV cache", 0, "none: " + ("an encoder keeps no KV cache" if a.pooling else "no layer keeps one"))
     ]
     if p.state_need_bytes:
         attn_layers = lay.layers_on_rank - lay.state_layers()
@@ -166,15 +168,16 @@ def render_plan(plan: Plan, *, bar: BarStyle | None = "ascii") -> str:
         f"{p.util_reason}"
     )
     lines += _hybrid_lines(plan)
-    lines.append(
-        f"  available KV {p.available_kv_bytes / GiB:.2f} GiB → {p.pool.num_blocks:,} blocks of {lay.block_size} "
-        f"tokens ({lay.bytes_per_block / KiB:,.0f} KiB each"
-        + (f", {lay.n_groups} hybrid groups" if lay.hybrid else "")
-        + ")"
-    )
-    lines.append(f"  predicted log: {vp.format_tokens_line(p.pool, a.max_model_len, a.version, a.platform)}")
-    lines.append(f"  max users at {a.max_model_len:,} tokens: {p.max_users} (memory − OS − weights − overhead − "
-                 "activation, ÷ KV per request)")  # fmt: skip
+    if lay.groups:
+        lines.append(
+            f"  available KV {p.available_kv_bytes / GiB:.2f} GiB → {p.pool.num_blocks:,} blocks of {lay.block_size} "
+            f"tokens ({lay.bytes_per_block / KiB:,.0f} KiB each"
+            + (f", {lay.n_groups} hybrid groups" if lay.hybrid else "")
+            + ")"
+        )
+        lines.append(f"  predicted log: {vp.format_tokens_line(p.pool, a.max_model_len, a.version, a.platform)}")
+        lines.append(f"  max users at {a.max_model_len:,} tokens: {p.max_users} (memory − OS − weights − overhead − "
+                     "activation, ÷ KV per request)")  # fmt: skip
     if len(plan.ranks) > 1:
         neck = next(r for r in plan.ranks if r["bottleneck"])
         lines.append(
@@ -185,7 +188,9 @@ def render_plan(plan: Plan, *, bar: BarStyle | None = "ascii") -> str:
     for n in p.notes:
         lines.append(f"  note: {n}")
     lines.append("")
-    if plan.fits:
+    if plan.fits and not lay.groups:
+        lines.append(f"fits: yes — no KV pool; weights, activation and overhead fit in {m.total_bytes / GiB:.2f} GiB")
+    elif plan.fits:
         lines.append(f"fits: yes — {prof.users} users × {a.max_model_len:,} tokens, pool for "
                      f"{p.pool.max_concurrency:.2f}")  # fmt: skip
     else:

@@ -107,11 +107,16 @@ def test_cpu_worker_running_mean_and_match() -> None:
     assert calibration.lookup_cpu_worker("cpu", "0.32.0", "/v/bin/python") == b
     assert calibration.lookup_cpu_worker("cpu", "0.31.0", "/v/bin/python") is None  # another version
     assert calibration.lookup_cpu_worker("cpu", "0.32.0", "/other/python") is None  # another install
+    # a family's own runs win over the install's mean; other families fall back to it
+    c = calibration.record_cpu_worker("cpu", "0.32.0", "/v/bin/python", 900 * 2**20, "gemma3n", family="gemma3n")
+    assert c.base_bytes == 900 * 2**20
+    assert calibration.lookup_cpu_worker("cpu", "0.32.0", "/v/bin/python", family="gemma3n") == c
+    assert calibration.lookup_cpu_worker("cpu", "0.32.0", "/v/bin/python", family="llama").base_bytes == 770 * 2**20
     text = calibration.calibration_path().read_text()
     assert text.startswith("# vlaunch calibration") and "cpu_worker" in text
 
 
 def test_cpu_worker_from_log_arithmetic() -> None:
     # util0.3 log: ceil(8.71 GiB × 0.3) requested, 2,018,176 tokens × 1,024 B/token of KV, 1.4 MB of weights
-    base = calibration.cpu_worker_from_log(8.71, 0.3, 2_018_176, 1024, 1_443_840)
+    base = calibration.cpu_worker_from_log(8.71, 0.3, 2_018_176 * 1024, 1_443_840)
     assert 700 * 2**20 < base < 720 * 2**20  # the log says 0.69 GiB consumed by non-KV usages

@@ -157,3 +157,23 @@ def test_mamba_cache_mode_by_version() -> None:
     assert (m25, m27, m32) == ("none", "all", "align")
     assert b27 > b32 > b25
     assert mode("0.32.0", enable_prefix_caching=False)[0] == "none"
+
+
+def test_an_encoder_under_the_pooling_runner_has_no_pool() -> None:
+    """bge-m3 (XLM-RoBERTa) served with --runner pooling: EncoderOnlyAttention keeps no KV cache."""
+    import json
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from launcher.cli import main
+
+    cfg = Path(__file__).parent / "fixtures" / "configs-v2" / "extra" / "xlm-roberta--bge-m3.json"
+    args = ["plan", "--config", str(cfg), "--machine", "l40s", "--max-model-len", "8192"]
+    r = CliRunner().invoke(main, [*args, "--runner", "pooling", "--json"])
+    assert r.exit_code == 0, r.stderr
+    p = json.loads(r.stdout)
+    assert p["kv_need_bytes"] == 0 and p["kv_cache_groups"] == 0 and p["fits"]
+    assert p["vllm_argv"][-2:] == ["--runner", "pooling"]
+    text = CliRunner().invoke(main, [*args, "--runner", "pooling"]).stdout
+    assert "an encoder keeps no KV cache" in text and "fits: yes — no KV pool" in text

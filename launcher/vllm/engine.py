@@ -124,7 +124,6 @@ class CacheSettings:
             model_dtype=self.served_dtype,
             tp=self.tp,
             version=self.version,
-            hybrid_manager=self.hybrid_manager,
             mamba_mode=self.mamba_mode,
             conv_dtype=self.mamba_cache_dtype,
             ssm_dtype=self.ssm_dtype,

@@ -328,6 +328,13 @@ def pool(
     return Pool(available_bytes, num_blocks, tokens, conc, per_req, num_blocks * lay.bytes_per_block)
 
 
+def pool_bytes_from_tokens(lay: KVLayout, ctx: Context, tokens: int) -> int:
+    """The pool behind a logged token count (0.21+: tokens = int(blocks / blocks per request × max_model_len)):
+    the fewest blocks that log it, in bytes."""
+    per_req = blocks_per_request(lay, ctx)
+    return cdiv(tokens * per_req, ctx.max_model_len) * lay.bytes_per_block
+
+
 def format_tokens_line(pool_: Pool, max_model_len: int, version: V.Version, platform: Platform) -> str:
     """The log line this version prints, for side-by-side display."""
     dev = "CPU" if platform == "cpu" and V.CPU_DEVICE_NAME.on(version) else "GPU"

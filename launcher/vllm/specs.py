@@ -193,7 +193,6 @@ class SpecSettings:
     model_dtype: str | None
     tp: int
     version: V.Version
-    hybrid_manager: bool
     mamba_mode: MambaMode = "none"
     conv_dtype: str = "auto"  # --mamba-cache-dtype
     ssm_dtype: str = "auto"  # --mamba-ssm-cache-dtype after the model's and the platform's defaults
@@ -212,11 +211,10 @@ def attention_spec(m: Attention, s: SpecSettings) -> FullAttentionSpec:
     heads = kv_heads_per_rank(m.kv_heads, s.tp)
     common = dict(block_size=s.block_size, kv_heads=heads, head_size=m.head_dim, head_size_v=m.v_dim,
                   element_bytes=elem, scale_bytes=scale)  # fmt: skip
-    if isinstance(m, SlidingWindowAttention) and s.hybrid_manager:
+    if isinstance(m, SlidingWindowAttention):
         return SlidingWindowSpec(**common, window=m.window)  # type: ignore[arg-type]
-    if isinstance(m, ChunkedLocalAttention) and s.hybrid_manager:
+    if isinstance(m, ChunkedLocalAttention):
         return ChunkedLocalSpec(**common, chunk=m.chunk)  # type: ignore[arg-type]
-    # Without the hybrid manager, sliding and chunked layers are allocated as full attention.
     return FullAttentionSpec(**common)  # type: ignore[arg-type]
 
 

@@ -12,6 +12,7 @@ from launcher.planning import make_plan
 from launcher.profiles import load_profile
 from launcher.units import GiB
 from launcher.vllm import logs
+from launcher.vllm import pool as vp
 from tests.e2e.conftest import ROOT
 
 
@@ -37,10 +38,9 @@ def _launch(start_vllm, util: float, max_model_len: int):
 def test_predicted_pool_within_1_percent(vllm_ready: None, start_vllm) -> None:
     # 1. calibrate the worker's resident memory from one real launch
     profile, plan, tokens, total = _launch(start_vllm, 0.3, 2048)
-    lay = plan.prediction.layout
-    base = calibration.cpu_worker_from_log(
-        total, 0.3, tokens, lay.bytes_per_block // lay.block_size, plan.prediction.weights_bytes
-    )
+    pred = plan.prediction
+    pool_bytes = vp.pool_bytes_from_tokens(pred.layout, pred.args.cache_settings().context(), tokens)
+    base = calibration.cpu_worker_from_log(total, 0.3, pool_bytes, pred.weights_bytes)
     calibration.record_cpu_worker("cpu", "0.32.0", profile.vllm.python, base, "e2e calibration run")
     uncalibrated_error = (plan.prediction.pool.tokens - tokens) / tokens
     print(f"uncalibrated: {100 * uncalibrated_error:+.2f}% (worker base {base / 2**20:.0f} MiB)")
