@@ -936,7 +936,9 @@ def readme(out: Path) -> None:
         for r in runs.values():
             a = r["argv"]
             mml = a[a.index("--max-model-len") + 1]
-        rows.append([fam, c.get("layers", ""), mml, *cell("kvbytes"), *cell("util"), blocks("kvbytes"), blocks("util")])
+        rows.append(
+            [fam, c.get("layers", ""), mml, *cell("kvbytes"), *cell("util"), *cell("util60")[1:], blocks("kvbytes")]
+        )
     head = [
         "family",
         "layers by kind",
@@ -947,8 +949,9 @@ def readme(out: Path) -> None:
         "util",
         "logged tokens",
         "concurrency",
+        "util 0.6: logged tokens",
+        "concurrency",
         "kvbytes: blocks x block_size",
-        "util: blocks x block_size",
     ]
     table = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     table += ["| " + " | ".join(str(x) for x in r) + " |" for r in rows]

@@ -92,3 +92,15 @@ def test_hybrid_plan_text_says_state_block_size_groups_and_users() -> None:
     assert "only 10 of 40 layers grow with context" in out
     assert "max users at 131,072 tokens:" in out
     assert "\n  state  " in out  # its own bucket row
+
+
+def test_html_report_draws_the_state_apart(tmp_path: Path) -> None:
+    out = tmp_path / "plan.html"
+    r = CliRunner().invoke(
+        main,
+        ["plan", "--model", str(QWEN35), "--machine", "dgx-spark", "--max-model-len", "131072", "--html", str(out)],
+    )
+    assert r.exit_code == 0, r.stderr
+    html = out.read_text()
+    assert 'data-key="state"' in html and 'data-key="kv"' in html
+    assert "of state per request, whatever the context length" in html
