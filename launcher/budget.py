@@ -544,6 +544,8 @@ def predict(req: PlanRequest) -> Prediction:
     outside = context + graphs_outside  # memory the process uses beyond vLLM's budget
 
     # --- gpu_memory_utilization ---
+    # vLLM's CPU workers each take gpu_memory_utilization × the node: tensor-parallel ranks on one node add up
+    sharing = a.tensor_parallel_size if a.platform == "cpu" else 1
     default_util = ve.default_utilization(v)
     reasons: list[str] = []
     notes: list[str] = []
@@ -564,7 +566,10 @@ def predict(req: PlanRequest) -> Prediction:
         need = (non_kv_in_budget + kv_need + 2 * lay.bytes_per_block) / T
         caps: list[tuple[float, str]] = []
         if req.unified:
-            caps.append(((T - reserve - outside) / T, f"leaves the {reserve / GiB:.1f} GiB OS reserve"))
+            why_cap = f"leaves the {reserve / GiB:.1f} GiB OS reserve" + (
+                f" with {sharing} workers each claiming it" if sharing > 1 else ""
+            )
+            caps.append(((T - reserve - outside * sharing) / T / sharing, why_cap))
             if req.free_bytes is not None:
                 gate = (req.free_bytes - 512 * MiB) / T
                 caps.append((gate, f"passes vLLM's start-up check against {req.free_bytes / GiB:.1f} GiB available"))
@@ -650,11 +655,17 @@ def predict(req: PlanRequest) -> Prediction:
             f"start-up check: vLLM asks for {requested / GiB:.2f} GiB ({util} × {T / GiB:.2f}) but only "
             f"{req.free_bytes / GiB:.2f} GiB is {'available' if req.unified else 'free'} now"
         )
-    if req.unified and requested + outside > T - reserve:
+    held = (requested + outside) * sharing
+    if req.unified and held > T - reserve:
         failure = failure or "eats_os_reserve"
+        who = (
+            f"{sharing} CPU workers (tensor parallel) would each claim {requested / GiB:.2f} GiB: "
+            if sharing > 1
+            else ""
+        )
         reasons.append(
-            f"OS reserve: vLLM would hold {(requested + outside) / GiB:.2f} GiB of {T / GiB:.2f} GiB, leaving "
-            f"{(T - requested - outside) / GiB:.2f} GiB for the OS (want {reserve / GiB:.1f})"
+            f"OS reserve: {who}vLLM would hold {held / GiB:.2f} GiB of {T / GiB:.2f} GiB, leaving "
+            f"{(T - held) / GiB:.2f} GiB for the OS (want {reserve / GiB:.1f})"
         )
     elif not req.unified and a.platform == "cuda" and requested + outside > T:
         failure = failure or "cuda_oom"

@@ -67,7 +67,7 @@ def _metric(r: dict[str, Any], key: str) -> str | None:
     return None
 
 
-def plan_run(name: str, run: str) -> Plan:
+def plan_run(name: str, run: str, cpu_rss_bytes: int | None = None) -> Plan:
     """The plan for one logged boot: the same model, flags and total memory vLLM had."""
     _, r = _case(name, run)
     f = _flags(r["argv"])
@@ -90,7 +90,7 @@ def plan_run(name: str, run: str) -> Plan:
     if "no_enable_prefix_caching" in f:
         fields["enable_prefix_caching"] = False
     prof = profile_from_flags(None, str(ROOT / name / "config.json"), **fields)
-    return make_plan(prof, live=False, use_calibration=False)
+    return make_plan(prof, live=False, use_calibration=False, cpu_rss_bytes=cpu_rss_bytes)
 
 
 @pytest.mark.parametrize(("name", "run"), [r for r in RUNS if not r[1].startswith("util")])
@@ -111,7 +111,22 @@ def test_pool_exact_from_the_budget(name: str, run: str) -> None:
     assert f"{p.pool.max_concurrency:.2f}" == f"{r['max_concurrency'][-1]:.2f}"
 
 
-@pytest.mark.parametrize(("name", "run"), [r for r in RUNS if r[1] == "util60"])
+# Gemma 3n's worker holds 0.89 GiB besides its weights (its compiled graph: AltUp, Laurel, per-layer inputs), the
+# most of any family here; vlaunch's uncalibrated CPU figure is 0.69 GiB: +1.35 % at util 0.6. One calibration
+# run of the family removes it (test_calibrated_family_within_a_fraction_of_a_percent).
+_RSS_OUTLIERS = {("gemma3n", "util60")}
+
+
+@pytest.mark.parametrize(
+    ("name", "run"),
+    [
+        pytest.param(*r, marks=pytest.mark.xfail(strict=True, reason="worker RSS 0.2 GiB above the default"))
+        if r in _RSS_OUTLIERS
+        else r
+        for r in RUNS
+        if r[1] == "util60"
+    ],
+)
 def test_pool_within_one_percent_from_util(name: str, run: str) -> None:
     """From gpu_memory_utilization alone (0.6 of the node, a pool of ~13 GiB), at the total vLLM logged: the
     pool within 1 %."""
@@ -168,3 +183,39 @@ def test_pooling_encoder_has_no_pool() -> None:
     assert f.kv_pool_tokens is None and f.failure is None and f.started
     p = plan_run(name, "kvbytes")
     assert not p.prediction.layout.groups and p.prediction.kv_need_bytes == 0 and p.fits
+
+
+def test_two_cpu_workers_at_util_0_6_are_refused() -> None:
+    """Tensor parallel 2 on one node at --gpu-memory-utilization 0.6: each CPU worker claimed 0.6 of the node
+    (13.33 GiB of KV each, 2 × 14.12 GiB of 23.54), and the kernel killed one. The plan refuses it; `check` names it."""
+    from launcher.check import read_log
+
+    name, run = "qwen3_next_tp2", "util60"
+    if not (ROOT / name / f"{run}.log").exists():
+        pytest.skip("no tp2 fixture")
+    f = read_log(str(ROOT / name / f"{run}.log"))
+    assert f.failure is not None and f.failure.kind == "worker_killed" and "-9" in f.failure.message
+    plan = plan_run(name, run)
+    assert not plan.fits and plan.prediction.failure == "eats_os_reserve"
+    assert any("2 CPU workers" in r for r in plan.prediction.reasons)
+    ok = plan_run(name, "util")  # 2 × 0.1 of the node leaves the OS its share
+    assert ok.fits
+
+
+@pytest.mark.parametrize("name", sorted({n for n, r in RUNS if r == "util60"} & {n for n, r in RUNS if r == "util"}))
+def test_calibrated_family_within_a_fraction_of_a_percent(name: str) -> None:
+    """`serve` records the worker's resident memory of each run per family; the next plan of that family uses it.
+    Calibrated on the util 0.1 boot, the util 0.6 boot is predicted within 0.3 %."""
+    from launcher import calibration
+    from launcher.check import read_log
+    from launcher.vllm import pool as vp
+
+    first = plan_run(name, "util").prediction
+    f = read_log(str(ROOT / name / "util.log"))
+    assert f.kv_pool_tokens is not None and f.total_memory_gib is not None
+    pool_bytes = vp.pool_bytes_from_tokens(first.layout, first.args.cache_settings().context(), f.kv_pool_tokens)
+    base = calibration.cpu_worker_from_log(f.total_memory_gib, 0.1, pool_bytes, first.weights_bytes)
+    _, r = _case(name, "util60")
+    plan = plan_run(name, "util60", cpu_rss_bytes=base + first.weights_bytes)
+    logged = r["kv_cache_tokens"][-1]
+    assert abs(plan.prediction.pool.tokens - logged) <= 0.003 * logged, (plan.prediction.pool.tokens, logged)

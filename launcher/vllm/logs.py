@@ -629,6 +629,15 @@ NO_KV_MEMORY = _p(
     keywords=("emory",),
     variants=("ValueError: Cannot auto-fit max_model_len: not enough GPU memory for the KV cache",),
 )
+WORKER_KILLED = _p(
+    "worker_killed",
+    r"Worker proc (?P<worker>\S+) died unexpectedly \(exit code: (?P<code>-?\d+)\)",
+    example="(EngineCore pid=12261) ERROR 12-01 09:54:36 [multiproc_executor.py:315] Worker proc VllmWorker-0 died "
+    "unexpectedly (exit code: -9), shutting down executor.",
+    versions="V1 multiprocessing executor (seen in 0.32)",
+    source="v1/executor/multiproc_executor.py",
+    keywords=("died unexpectedly",),
+)
 CUDA_OOM = _p(
     "cuda_oom",
     r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError|out of memory occurred when warming up",
@@ -710,7 +719,8 @@ PATTERNS: tuple[Pattern, ...] = (
     ATTN_BLOCK_SIZE, KV_BLOCK_SIZE, MAMBA_PADDING, PADDING_LAYERS, MAMBA_CACHE_MODE, SSM_DTYPE_RESET, MAMBA_SSM_DTYPE,
     KV_GROUP_SIZES, PAGE_SIZES_NOT_UNIFIED, HYBRID_MANAGER_DISABLED,
     INIT_ENGINE, API_READY,
-    GATE_GPU, GATE_CPU, KV_TOO_SMALL_V1, KV_TOO_SMALL_V0, NO_KV_MEMORY, CUDA_OOM, SAMPLER_OOM, GRAPH_CAPTURE_FRAME,
+    GATE_GPU, GATE_CPU, KV_TOO_SMALL_V1, KV_TOO_SMALL_V0, NO_KV_MEMORY, WORKER_KILLED, CUDA_OOM, SAMPLER_OOM,
+    GRAPH_CAPTURE_FRAME,
     INVALID_CONFIG, ERROR_LINE, ENGINE_INIT_FAILED,
 )  # fmt: skip
 
@@ -737,7 +747,8 @@ STAGE_TRIGGERS: tuple[tuple[Stage, tuple[str, ...]], ...] = stage_triggers(PATTE
 
 @dataclass
 class Failure:
-    # insufficient_free_memory | kv_too_small_for_max_model_len | no_kv_memory | cuda_oom | invalid_config | other
+    # insufficient_free_memory | kv_too_small_for_max_model_len | no_kv_memory | worker_killed | cuda_oom |
+    # invalid_config | other
     kind: str
     message: str
     fix: str
@@ -753,6 +764,7 @@ class Failure:
 
 
 _FAILURE_RANK = {
+    "worker_killed": 7,
     "insufficient_free_memory": 6,
     "kv_too_small_for_max_model_len": 5,
     "no_kv_memory": 5,
@@ -1191,6 +1203,18 @@ class LogParser:
                 fix = "lower --gpu-memory-utilization or --max-num-batched-tokens, or free GPU memory"
                 msg = "CUDA ran out of memory during start-up"
             self._fail(Failure("cuda_oom", msg, fix))
+        if m := WORKER_KILLED.search(line):
+            killed = m["code"] == "-9"
+            msg = f"vLLM's worker {m['worker']} died (exit code {m['code']}" + (
+                ", SIGKILL: the kernel's OOM killer, most likely)" if killed else ")"
+            )
+            fix = (
+                "lower --gpu-memory-utilization: on shared memory (CPU backend, DGX Spark) each tensor-parallel "
+                "worker claims that share of the whole memory, and the OS needs its own"
+                if killed
+                else "read the worker's error above"
+            )
+            self._fail(Failure("worker_killed", msg, fix))
         if m := INVALID_CONFIG.search(line):
             fix = "lower --max-model-len" if m["mml"] else "fix the flag named in the message"
             if m["platform"]:
