@@ -18,7 +18,8 @@ CONTAINER_HF_CACHE = "/root/.cache/huggingface"
 DEFAULT_IMAGE = "nvcr.io/nvidia/vllm:latest"
 
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+# templates/ at the repository root, reached through the package's link to it (a wheel carries the files)
+TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
 def container_argv(

@@ -87,6 +87,39 @@ def count(model: str, fmt: str | None, kv_cache_dtype: str, tensor_parallel_size
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def profiles(as_json: bool) -> None:
+    """List the profiles `plan PROFILE` and `serve PROFILE` take by name: ./profiles/*.yaml, then the bundled ones."""
+    from pathlib import Path
+
+    from launcher.profiles import BUNDLED_PROFILES, available_profiles, load_profile
+
+    rows: list[dict[str, Any]] = []
+    seen: dict[str, Path] = {}
+    for where, d in (("local", Path.cwd() / "profiles"), ("bundled", BUNDLED_PROFILES)):
+        for name in available_profiles(d):
+            path = d / f"{name}.yaml"
+            if seen.get(name) == path.resolve():
+                continue  # run from the repository: ./profiles is the bundled directory itself
+            model, machine, desc = "", "", ""
+            try:
+                p = load_profile(path)
+                model, machine, desc = p.model, str(p.machine), p.description
+            except VlaunchError as e:
+                desc = f"invalid: {e.one_line()}"
+            rows.append({"name": name, "source": where, "path": str(path), "model": model, "machine": machine,
+                         "description": desc, "shadowed": name in seen})  # fmt: skip
+            seen.setdefault(name, path.resolve())
+    if as_json:
+        emit_json({"profiles": rows})
+        return
+    width = max((len(str(r["name"])) for r in rows), default=4)
+    for r in rows:
+        note = " (shadowed by the local one)" if r["shadowed"] else ""
+        click.echo(f"{r['name']:<{width}}  {r['source']:<7}  {r['machine']:<9}  {r['model']}{note}")
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def archs(as_json: bool) -> None:
     """List every model_type vlaunch reads: its family, its layer kinds and how exactly it is counted.
 

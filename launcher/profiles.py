@@ -339,17 +339,23 @@ def available_profiles(profiles_dir: Path) -> list[str]:
         return []
 
 
+# The profiles that ship with vlaunch: profiles/ at the repository root, through the package's link to it.
+BUNDLED_PROFILES = Path(__file__).resolve().parent / "bundled_profiles"
+
+
 def resolve_profile_arg(arg: str, profiles_dir: Path) -> Path:
-    """A profile given as a path, or as a bare name looked up as `profiles_dir/<name>.yaml`."""
+    """A profile given as a path, or as a bare name looked up as `profiles_dir/<name>.yaml`, then among the
+    bundled profiles."""
     if _exists(Path(arg), "file"):
         return Path(arg)
     if "/" not in arg and os.sep not in arg:
-        for candidate in (profiles_dir / f"{arg}.yaml", profiles_dir / arg):
-            if _exists(candidate, "file"):
-                return candidate
-    names = available_profiles(profiles_dir)
+        for d in (profiles_dir, BUNDLED_PROFILES):
+            for candidate in (d / f"{arg}.yaml", d / arg):
+                if _exists(candidate, "file"):
+                    return candidate
+    names = sorted(set(available_profiles(profiles_dir)) | set(available_profiles(BUNDLED_PROFILES)))
     if not names:
-        raise ProfileError(f"no such profile file, and no profiles in {profiles_dir}", source=arg)
+        raise ProfileError(f"no such profile file, and no profiles in {profiles_dir} or bundled", source=arg)
     close = difflib.get_close_matches(arg.removesuffix(".yaml"), names, n=1, cutoff=0.6)
     hint = f"did you mean {close[0]!r}? " if close else ""
     raise ProfileError(f"no such profile file or name; {hint}available: {', '.join(names)}", source=arg)

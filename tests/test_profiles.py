@@ -337,7 +337,9 @@ def test_resolve_profile_arg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert msg.startswith("llama8b-23k: ")
     assert "did you mean 'llama8b-32k'?" in msg
     assert "llama70b-awq-32k, llama8b-32k, qwen3-30b-a3b-8k, tiny-cpu" in msg
-    with pytest.raises(ProfileError, match="no profiles in"):
+    # an empty local directory: the bundled profiles still answer by name
+    assert resolve_profile_arg("tiny-cpu", tmp_path / "empty").name == "tiny-cpu.yaml"
+    with pytest.raises(ProfileError, match="available: llama70b-awq-32k"):
         resolve_profile_arg("x", tmp_path / "empty")
 
 

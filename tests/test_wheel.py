@@ -1,0 +1,60 @@
+"""The built wheel in a fresh venv, run from another directory: bundled profiles and templates come with it."""
+
+from __future__ import annotations
+
+import json
+import os
+import site
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("wheel")
+    dist = tmp / "dist"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(ROOT), "-w", str(dist)],
+                   check=True, cwd=tmp, timeout=300)  # fmt: skip
+    wheel = next(dist.glob("vlaunch-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "launcher/templates/docker-run.j2" in names and "launcher/bundled_profiles/llama8b-32k.yaml" in names
+    venv = tmp / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    py = venv / "bin" / "python"
+    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True,
+                   timeout=300)  # fmt: skip
+    # the dependencies (click, pyyaml, jinja2, …) from this test's environment, after the venv's own packages
+    purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()  # fmt: skip
+    Path(purelib, "deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    return venv
+
+
+def run(venv: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    return subprocess.run([str(venv / "bin" / "vlaunch"), *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+
+
+def test_wheel_plans_renders_and_reports_from_anywhere(installed: Path, tmp_path: Path) -> None:
+    r = run(installed, tmp_path, "plan", "llama8b-32k", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["profile"] == "llama8b-32k"
+    where = subprocess.run([str(installed / "bin" / "python"), "-c", "import launcher; print(launcher.__file__)"],
+                           capture_output=True, text=True, cwd=tmp_path).stdout  # fmt: skip
+    assert str(installed) in where  # the wheel's package, not the checkout
+    r = run(installed, tmp_path, "plan", "llama8b-32k", "--html", str(tmp_path / "plan.html"))
+    assert r.returncode == 0, r.stderr
+    assert "<html" in (tmp_path / "plan.html").read_text().lower()
+    for kind in ("script", "docker", "systemd", "vllm-config"):
+        r = run(installed, tmp_path, "render", "llama8b-32k", "--as", kind)
+        assert r.returncode == 0 and r.stdout.strip(), (kind, r.stderr)
+    r = run(installed, tmp_path, "profiles", "--json")
+    names = {p["name"] for p in json.loads(r.stdout)["profiles"]}
+    assert {"llama8b-32k", "tiny-cpu", "two-sparks-70b"} <= names
