@@ -177,3 +177,22 @@ def test_an_encoder_under_the_pooling_runner_has_no_pool() -> None:
     assert p["vllm_argv"][-2:] == ["--runner", "pooling"]
     text = CliRunner().invoke(main, [*args, "--runner", "pooling"]).stdout
     assert "an encoder keeps no KV cache" in text and "fits: yes — no KV pool" in text
+
+
+def test_speculative_state_blocks_start_in_0_15() -> None:
+    """Before 0.15 a mamba layer kept one state block whatever the draft tokens (MambaSpec: one page); from 0.15 one
+    more per speculative token. The conv window widens by the draft tokens in both."""
+    from launcher.arch.layers import GatedDeltaNet
+    from launcher.vllm.specs import SpecSettings, state_spec
+
+    gdn = GatedDeltaNet(hidden=256, num_k_heads=2, num_v_heads=4, head_k_dim=64, head_v_dim=64, conv_kernel=4)
+
+    def spec(version: V.Version) -> MambaSpec:
+        s = SpecSettings(16, "auto", "bfloat16", 1, version, "none", num_speculative_tokens=2)
+        out = state_spec(gdn, s)
+        assert out is not None
+        return out
+
+    assert spec((0, 14, 0)).speculative_blocks == 0
+    assert spec((0, 15, 0)).speculative_blocks == 2
+    assert spec((0, 14, 0)).shapes[0][1] == spec((0, 15, 0)).shapes[0][1] == 3 + 2

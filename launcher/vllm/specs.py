@@ -262,7 +262,7 @@ def state_spec(m: Mixer, s: SpecSettings) -> MambaSpec | None:
     else:
         return None
     return MambaSpec(
-        shapes, (conv_b, ssm_b), m.kind, s.mamba_mode, spec_tokens, checkpoint if s.mamba_mode == "align" else 0
+        shapes, (conv_b, ssm_b), m.kind, s.mamba_mode, spec_blocks, checkpoint if s.mamba_mode == "align" else 0
     )
 
 
