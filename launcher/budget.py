@@ -21,7 +21,7 @@ from launcher.units import GiB, MiB, cdiv
 from launcher.vllm import engine as ve
 from launcher.vllm import pool as vp
 from launcher.vllm import versions as V
-from launcher.vllm.specs import CacheSpec, Context, MambaSpec
+from launcher.vllm.specs import CacheSpec, Context, MambaMode, MambaSpec, SpecSettings, layer_spec
 
 Engine = Literal["v0", "v1"]
 
@@ -59,34 +59,38 @@ class EngineArgs:
     cudagraph_in_budget: bool  # 0.20+: the CUDA-graph estimate is taken out of the KV budget
     kv_cache_memory_bytes: int | None = None
     num_gpu_blocks_override: int | None = None
-    user_block_size: bool = False
     served_dtype: str = "bfloat16"
     prefix_caching: bool = True
-    mamba_cache_mode: str = "none"  # resolved: none or align (only meaningful with state layers)
+    mamba_cache_mode: MambaMode = "none"  # resolved (only meaningful with state layers)
     mamba_cache_dtype: str = "auto"
     mamba_ssm_cache_dtype: str = "auto"  # resolved from the model's and the platform's defaults
     num_speculative_tokens: int = 0
     speculative_method: str | None = None
     pooling: bool = False  # --runner pooling
 
-    def cache_settings(self) -> ve.CacheSettings:
-        return ve.CacheSettings(
+    def spec_settings(self) -> SpecSettings:
+        """What each layer's cache spec depends on."""
+        return SpecSettings(
             block_size=self.block_size,
-            user_block_size=self.user_block_size,
             kv_cache_dtype=self.kv_cache_dtype,
-            served_dtype=self.served_dtype,
+            model_dtype=self.served_dtype,
             tp=self.tensor_parallel_size,
-            pp=self.pipeline_parallel_size,
             version=self.version,
-            platform=self.platform,
-            hybrid_manager=self.hybrid_manager,
-            max_model_len=self.max_model_len,
-            max_num_batched_tokens=self.max_num_batched_tokens,
-            mamba_mode=self.mamba_cache_mode if self.mamba_cache_mode in ("align", "all") else "none",  # type: ignore[arg-type]
-            mamba_cache_dtype=self.mamba_cache_dtype,
+            mamba_mode=self.mamba_cache_mode,
+            conv_dtype=self.mamba_cache_dtype,
             ssm_dtype=self.mamba_ssm_cache_dtype,
             num_speculative_tokens=self.num_speculative_tokens,
-            spec_method=self.speculative_method,
+        )
+
+    def context(self) -> Context:
+        """What one request's share of the pool depends on."""
+        return Context(
+            max_model_len=self.max_model_len,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            max_concurrent_batches=ve.max_concurrent_batches(
+                self.platform, self.version, self.pipeline_parallel_size, self.speculative_method
+            ),
+            version=self.version,
         )
 
     def to_json(self) -> dict[str, object]:
@@ -199,7 +203,6 @@ def resolve_engine_args(
         and (chunked_with_hybrid or not any(m.kind == "chunked_attention" for ly in shape.layers for m in ly.mixers)),
         cudagraph_in_budget=platform == "cuda" and V.CUDAGRAPH_IN_BUDGET.on(version) and not enforce_eager,
         kv_cache_memory_bytes=kv_cache_memory_bytes,
-        user_block_size=block_size is not None,
         served_dtype=_served_dtype(dtype, shape),
         prefix_caching=caching,
         mamba_cache_mode=mode,
@@ -216,43 +219,35 @@ def resolve_engine_args(
 STATE_KINDS = frozenset({"linear_attention", "mamba", "mamba2", "short_conv"})
 
 
+# --dtype names vLLM takes for the dtype the model runs in
+_DTYPE_NAMES = {"float32": "float32", "fp32": "float32", "float": "float32", "float16": "float16",
+                "fp16": "float16", "half": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16"}  # fmt: skip
+
+
 def _served_dtype(dtype: str, shape: Model) -> str:
     """The dtype vLLM runs the model in: as asked, else the checkpoint's (fp32 checkpoints in 16 bits)."""
-    d = dtype.lower()
-    if d in ("float32", "fp32", "float"):
-        return "float32"
-    if d in ("float16", "fp16", "half"):
-        return "float16"
-    if d in ("bfloat16", "bf16"):
-        return "bfloat16"
+    asked = _DTYPE_NAMES.get(dtype.lower())
+    if asked:
+        return asked
     return "float16" if (shape.torch_dtype or "").lower() == "float16" else "bfloat16"
 
 
 def _resolve_kv_dtype(kv_cache_dtype: str, dtype: str, shape: Model, version: V.Version) -> str:
-    """vLLM's kv_cache_dtype "auto": the dtype the model is served in (fp32 only when asked for)."""
+    """vLLM's kv_cache_dtype "auto": the dtype the model is served in (fp32 only when asked for), or fp8 when the
+    checkpoint declares an fp8 KV cache and no dtype was asked for."""
     if kv_cache_dtype != "auto":
         return kv_cache_dtype
-    d = dtype.lower()
-    if d in ("float32", "fp32", "float"):
-        return "float32"
-    if d in ("float16", "fp16", "half"):
-        return "float16"
-    if d in ("bfloat16", "bf16"):
-        return "bfloat16"
     q = shape.quantization_config or {}
-    if V.KV_FP8_FROM_CHECKPOINT.on(version) and str(q.get("kv_cache_quant_algo") or "").upper() == "FP8":
+    fp8 = str(q.get("kv_cache_quant_algo") or "").upper() == "FP8"
+    if dtype.lower() not in _DTYPE_NAMES and V.KV_FP8_FROM_CHECKPOINT.on(version) and fp8:
         return "fp8"
-    return "float16" if (shape.torch_dtype or "").lower() == "float16" else "bfloat16"
+    return _served_dtype(dtype, shape)
 
 
 def _dtype_bytes(dtype: str, shape: Model) -> int:
-    d = dtype.lower()
-    if d in ("float32", "fp32", "float"):
-        return 4
-    if d in ("auto", ""):
-        # vLLM serves an fp32 checkpoint in 16 bits unless asked; a missing dtype means 16 bits as well.
-        return 2
-    return 2
+    """Bytes of activations and unquantized weights: 4 only when float32 is asked for (vLLM serves an fp32
+    checkpoint in 16 bits by default)."""
+    return 4 if _DTYPE_NAMES.get(dtype.lower()) == "float32" else 2
 
 
 # --- weights as vLLM's loader holds them, per rank --------------------------------------------------------------
@@ -737,13 +732,13 @@ def rank_layers(
 def rank_layout(s: Model, a: EngineArgs, pp_rank: int = 0, drafter: Model | None = None) -> tuple[vp.KVLayout, Context]:
     """vLLM's blocks for one rank: every layer's spec, the hybrid block size, the groups over the whole model
     projected onto this rank's layers."""
-    cache = a.cache_settings()
+    settings = a.spec_settings()
     layers, owned = rank_layers(s, a, pp_rank, drafter)
     specs: list[CacheSpec | None] = []
     mask: list[bool] = []
     for layer, own in zip(layers, owned, strict=True):
         for m in layer.mixers:
-            specs.append(ve.mixer_spec(m, cache))
+            specs.append(layer_spec(m, settings))
             mask.append(own)
     if a.pooling and not s.causal:
         specs = []  # encoder-only attention keeps no cache (EncoderOnlyAttention has no KV spec)
@@ -753,7 +748,6 @@ def rank_layout(s: Model, a: EngineArgs, pp_rank: int = 0, drafter: Model | None
         version=a.version,
         hybrid_manager=a.hybrid_manager,
         kernel_block=ve.KERNEL_BLOCK[a.platform],
-        user_block_size=a.user_block_size,
         mamba_mode=a.mamba_cache_mode,
         owned=mask,
         mamba_chunk=s.mamba_chunk_size or 256,
@@ -762,7 +756,7 @@ def rank_layout(s: Model, a: EngineArgs, pp_rank: int = 0, drafter: Model | None
         # attention-free without prefix caching: a state block stands for a whole max_model_len sequence
         # (MambaModelConfig: mamba_block_size = max_model_len)
         lay = dataclasses.replace(lay, block_size=a.max_model_len)
-    return lay, cache.context()
+    return lay, a.context()
 
 
 def state_bytes_per_request(lay: vp.KVLayout, ctx: Context) -> tuple[int, int]:

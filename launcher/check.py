@@ -104,7 +104,7 @@ def _opt(x: int | None) -> float | None:
 
 def _by_group(p: Prediction) -> str:
     """A hybrid pool group by group: what one request takes from the shared blocks, and why."""
-    lay, ctx = p.layout, p.args.cache_settings().context()
+    lay, ctx = p.layout, p.args.context()
     parts: dict[str, list[int]] = {}
     for g in lay.groups:
         parts.setdefault(g.kind, []).append(g.blocks_per_request(ctx))

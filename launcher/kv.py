@@ -19,14 +19,14 @@ from launcher.arch.layers import (
 from launcher.arch.model import Model
 from launcher.errors import ConfigError
 
-__all__ = ["KV_CACHE_DTYPES", "KVPerToken", "kv_element_bytes", "kv_heads_per_rank", "kv_per_token"]
+__all__ = ["DTYPE_BYTES", "KV_CACHE_DTYPES", "KVPerToken", "kv_element_bytes", "kv_heads_per_rank", "kv_per_token"]
 
 KV_CACHE_DTYPES = (
     "auto", "bfloat16", "float16", "float32", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc",
     "int8_per_token_head", "fp8_per_token_head",
 )  # fmt: skip
 
-_MODEL_DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2}
+DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2}
 
 
 def kv_element_bytes(kv_cache_dtype: str, model_dtype: str | None) -> tuple[int, int]:
@@ -35,7 +35,7 @@ def kv_element_bytes(kv_cache_dtype: str, model_dtype: str | None) -> tuple[int,
     if d == "auto":
         # vLLM's "auto": the model's dtype. A missing or fp32 dtype is served in 16 bits by default.
         md = (model_dtype or "bfloat16").lower()
-        return (2 if _MODEL_DTYPE_BYTES.get(md, 2) == 4 else _MODEL_DTYPE_BYTES.get(md, 2)), 0
+        return (2 if DTYPE_BYTES.get(md, 2) == 4 else DTYPE_BYTES.get(md, 2)), 0
     if d in ("bfloat16", "float16", "bf16", "fp16", "half"):
         return 2, 0
     if d in ("float32", "fp32"):

@@ -299,7 +299,7 @@ def _calibrate_cpu(plan: Plan, f: logs.LogFacts, record: dict[str, Any]) -> None
         return
     if f.gpu_memory_utilization is None or f.requested_memory_gib is None or p.args.kv_cache_memory_bytes:
         return
-    pool_bytes = vp.pool_bytes_from_tokens(p.layout, p.args.cache_settings().context(), f.kv_pool_tokens)
+    pool_bytes = vp.pool_bytes_from_tokens(p.layout, p.args.context(), f.kv_pool_tokens)
     base = calibration.cpu_worker_from_log(
         f.total_memory_gib, float(f.gpu_memory_utilization), pool_bytes, p.weights_bytes
     )

@@ -98,7 +98,7 @@ def _hybrid_lines(plan: Plan) -> list[str]:
 
 
 def _state_blocks(p: Prediction) -> int:
-    ctx = p.args.cache_settings().context()
+    ctx = p.args.context()
     return next((g.blocks_per_request(ctx) for g in p.layout.groups if isinstance(g.spec, MambaSpec)), 0)
 
 

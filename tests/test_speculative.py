@@ -50,24 +50,18 @@ def test_a_draft_model_adds_its_layers_and_weights() -> None:
 
 
 def test_mtp_without_mtp_layers_and_unplanned_methods_are_one_line_errors() -> None:
-    r = CliRunner().invoke(
-        main,
-        ["plan", "--config", str(FIXTURES / "configs" / "Qwen3-8B.json"), "--machine", "h100-80gb",
-         "--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}'],
-    )  # fmt: skip
-    assert r.exit_code == 2 and "needs MTP layers" in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    r = CliRunner().invoke(
-        main,
-        ["plan", "--config", str(FIXTURES / "configs" / "Qwen3-8B.json"), "--machine", "h100-80gb",
-         "--speculative-config", '{"method": "medusa", "model": "x/y", "num_speculative_tokens": 2}'],
-    )  # fmt: skip
-    assert r.exit_code == 2 and "not planned" in r.stderr
-    r = CliRunner().invoke(
-        main,
-        ["plan", "--config", str(FIXTURES / "configs" / "Qwen3-8B.json"), "--machine", "h100-80gb",
-         "--speculative-config", '{"method": "mpt", "num_speculative_tokens": 1}'],
-    )  # fmt: skip
-    assert r.exit_code == 2 and "did you mean 'mtp'" in r.stderr
+    def refused(speculative: str) -> str:
+        r = CliRunner().invoke(
+            main,
+            ["plan", "--config", str(FIXTURES / "configs" / "Qwen3-8B.json"), "--machine", "h100-80gb",
+             "--speculative-config", speculative],
+        )  # fmt: skip
+        assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        return r.stderr
+
+    assert "needs MTP layers" in refused('{"method": "mtp", "num_speculative_tokens": 1}')
+    assert "not planned" in refused('{"method": "medusa", "model": "x/y", "num_speculative_tokens": 2}')
+    assert "did you mean 'mtp'" in refused('{"method": "mpt", "num_speculative_tokens": 1}')
 
 
 def test_ngram_loads_nothing() -> None:

@@ -213,7 +213,7 @@ def test_calibrated_family_within_a_fraction_of_a_percent(name: str) -> None:
     first = plan_run(name, "util").prediction
     f = read_log(str(ROOT / name / "util.log"))
     assert f.kv_pool_tokens is not None and f.total_memory_gib is not None
-    pool_bytes = vp.pool_bytes_from_tokens(first.layout, first.args.cache_settings().context(), f.kv_pool_tokens)
+    pool_bytes = vp.pool_bytes_from_tokens(first.layout, first.args.context(), f.kv_pool_tokens)
     base = calibration.cpu_worker_from_log(f.total_memory_gib, 0.1, pool_bytes, first.weights_bytes)
     _, r = _case(name, "util60")
     plan = plan_run(name, "util60", cpu_rss_bytes=base + first.weights_bytes)

@@ -23,7 +23,7 @@ def state(nbytes: int, mode: str = "align", spec: int = 0) -> MambaSpec:
 
 
 def ctx(mml: int = 8192, version: V.Version = (0, 32, 0), mnbt: int = 8192, batches: int = 1) -> Context:
-    return Context(mml, mnbt, batches, version, "align")
+    return Context(mml, mnbt, batches, version)
 
 
 def test_gpt_oss_two_groups_of_twelve() -> None:

@@ -4,13 +4,11 @@ cache mode, per version and platform; and the cache specs of one rank's layers u
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
-from launcher.arch.layers import Mixer
 from launcher.arch.model import Model
 from launcher.vllm import versions as V
-from launcher.vllm.specs import CacheSpec, Context, MambaMode, SpecSettings, layer_spec
+from launcher.vllm.specs import MambaMode
 
 Platform = Literal["cuda", "cpu"]
 
@@ -71,9 +69,7 @@ MAMBA_PREFIX_CACHING = frozenset(
 SSM_FP32_ARCHITECTURES = frozenset({"NemotronHForCausalLM", "NemotronH_Nano_VL_V2", "NemotronHPuzzleForCausalLM"})
 
 
-def ssm_dtype(
-    model: Model, requested: str, platform: Platform, cpu_bf16: bool, has_gdn: bool, mixer_backend: str = "gdn"
-) -> str:
+def ssm_dtype(model: Model, requested: str, platform: Platform, cpu_bf16: bool, has_gdn: bool) -> str:
     """The SSM / recurrent state dtype vLLM ends with."""
     d = requested
     if d == "auto" and model.ssm_state_dtype:
@@ -85,52 +81,3 @@ def ssm_dtype(
     if platform == "cpu" and cpu_bf16 and d != "float32" and not (d in ("float16", "bfloat16") and has_gdn):
         d = "float32"
     return d
-
-
-@dataclass(frozen=True)
-class CacheSettings:
-    """Everything about the cache that is not the model: what vLLM resolved from flags and defaults."""
-
-    block_size: int
-    user_block_size: bool
-    kv_cache_dtype: str
-    served_dtype: str  # the dtype weights and activations run in ("bfloat16", "float16", "float32")
-    tp: int
-    pp: int
-    version: V.Version
-    platform: Platform
-    hybrid_manager: bool
-    max_model_len: int
-    max_num_batched_tokens: int
-    mamba_mode: MambaMode = "none"
-    mamba_cache_dtype: str = "auto"
-    ssm_dtype: str = "auto"
-    num_speculative_tokens: int = 0
-    spec_method: str | None = None
-
-    def context(self) -> Context:
-        return Context(
-            max_model_len=self.max_model_len,
-            max_num_batched_tokens=self.max_num_batched_tokens,
-            max_concurrent_batches=max_concurrent_batches(self.platform, self.version, self.pp, self.spec_method),
-            version=self.version,
-            mamba_mode=self.mamba_mode,
-        )
-
-    def spec_settings(self) -> SpecSettings:
-        return SpecSettings(
-            block_size=self.block_size,
-            kv_cache_dtype=self.kv_cache_dtype,
-            model_dtype=self.served_dtype,
-            tp=self.tp,
-            version=self.version,
-            mamba_mode=self.mamba_mode,
-            conv_dtype=self.mamba_cache_dtype,
-            ssm_dtype=self.ssm_dtype,
-            num_speculative_tokens=self.num_speculative_tokens,
-        )
-
-
-def mixer_spec(m: Mixer, cache: CacheSettings) -> CacheSpec | None:
-    """The spec of one mixer (a hybrid layer with attention and a state mixer has two)."""
-    return layer_spec(m, cache.spec_settings())

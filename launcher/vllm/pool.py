@@ -49,8 +49,7 @@ class Group:
         return self.uniform_pages or self.layers * self.page_bytes
 
     def blocks_per_request(self, ctx: Context) -> int:
-        if self.uniform_pages:
-            return cdiv(self.layers * self.spec.max_memory_bytes(ctx), self.layers * self.spec.page_bytes)
+        # the same for every layer of a group: its layers need the same token slots, whatever their pages
         return cdiv(self.spec.max_memory_bytes(ctx), self.spec.page_bytes)
 
 
@@ -105,7 +104,6 @@ def align_block_size(
     block_size: int,
     *,
     kernel_block: int,
-    user_block_size: bool,
     version: V.Version = V.LATEST,
     mamba_chunk: int | None = None,
 ) -> tuple[int, int]:
@@ -145,7 +143,6 @@ def layout(
     version: V.Version,
     hybrid_manager: bool = True,
     kernel_block: int = 16,
-    user_block_size: bool = False,
     mamba_mode: str = "none",
     owned: Sequence[bool] | None = None,
     mamba_chunk: int | None = None,
@@ -163,7 +160,6 @@ def layout(
         live,
         block_size,
         kernel_block=kernel_block,
-        user_block_size=user_block_size,
         version=version,
         mamba_chunk=mamba_chunk if mamba_mode == "all" else None,
     )

@@ -26,13 +26,11 @@ from launcher.arch.layers import (
     SlidingWindowAttention,
     kv_heads_per_rank,
 )
-from launcher.kv import kv_element_bytes
+from launcher.kv import DTYPE_BYTES, kv_element_bytes
 from launcher.units import cdiv
 from launcher.vllm import versions as V
 
 MambaMode = Literal["none", "align", "all"]
-
-DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2}
 
 
 @dataclass(frozen=True)
@@ -41,13 +39,12 @@ class Context:
 
     max_model_len: int
     max_num_batched_tokens: int
-    max_concurrent_batches: int  # pipeline stages, or 2 with async scheduling (0.27+)
+    max_concurrent_batches: int  # pipeline stages, or 2 with async scheduling
     version: V.Version
-    mamba_mode: MambaMode = "none"
 
     @property
     def in_flight_tokens(self) -> int:
-        """Tokens scheduled but not yet freed: one step's batch before 0.27, every concurrent batch's since."""
+        """Tokens scheduled but not yet freed: one step's batch before 0.26, every concurrent batch's since."""
         if V.IN_FLIGHT_TOKENS.on(self.version):
             return self.max_concurrent_batches * self.max_num_batched_tokens
         return self.max_num_batched_tokens

@@ -39,7 +39,7 @@ def test_predicted_pool_within_1_percent(vllm_ready: None, start_vllm) -> None:
     # 1. calibrate the worker's resident memory from one real launch
     profile, plan, tokens, total = _launch(start_vllm, 0.3, 2048)
     pred = plan.prediction
-    pool_bytes = vp.pool_bytes_from_tokens(pred.layout, pred.args.cache_settings().context(), tokens)
+    pool_bytes = vp.pool_bytes_from_tokens(pred.layout, pred.args.context(), tokens)
     base = calibration.cpu_worker_from_log(total, 0.3, pool_bytes, pred.weights_bytes)
     calibration.record_cpu_worker("cpu", "0.32.0", profile.vllm.python, base, "e2e calibration run")
     uncalibrated_error = (plan.prediction.pool.tokens - tokens) / tokens
