@@ -751,11 +751,8 @@ def rank_layout(s: Model, a: EngineArgs, pp_rank: int = 0, drafter: Model | None
         mamba_mode=a.mamba_cache_mode,
         owned=mask,
         mamba_chunk=s.mamba_chunk_size or 256,
+        max_model_len=a.max_model_len,
     )
-    if lay.groups and all(isinstance(g.spec, MambaSpec) for g in lay.groups) and a.mamba_cache_mode == "none":
-        # attention-free without prefix caching: a state block stands for a whole max_model_len sequence
-        # (MambaModelConfig: mamba_block_size = max_model_len)
-        lay = dataclasses.replace(lay, block_size=a.max_model_len)
     return lay, a.context()
 
 

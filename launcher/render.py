@@ -73,11 +73,14 @@ def _hybrid_lines(plan: Plan) -> list[str]:
             f"{a.mamba_ssm_cache_dtype}), mamba_cache_mode {a.mamba_cache_mode}: vLLM keeps "
             f"{_state_blocks(p)} state block(s) per layer per request"
         )
-        out.append(
-            f"  hybrid: the state is fixed per request and only {attn_layers} of {lay.layers_on_rank} layers grow "
-            'with context, so "KV per token × tokens" does not size this model: users × (state + KV of the '
-            "attention layers) does"
-        )
+        if attn_layers:
+            out.append(
+                f"  hybrid: the state is fixed per request and only {attn_layers} of {lay.layers_on_rank} layers "
+                'grow with context, so "KV per token × tokens" does not size this model: users × (state + KV of '
+                "the attention layers) does"
+            )
+        else:
+            out.append("  attention-free: a request holds its state whatever its length; nothing grows with context")
         if lay.aligned:
             out.append(
                 f"  attention block size {lay.block_size} tokens (vLLM raises it from {lay.requested_block_size} so "

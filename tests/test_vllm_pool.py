@@ -196,3 +196,22 @@ def test_speculative_state_blocks_start_in_0_15() -> None:
     assert spec((0, 14, 0)).speculative_blocks == 0
     assert spec((0, 15, 0)).speculative_blocks == 2
     assert spec((0, 14, 0)).shapes[0][1] == spec((0, 15, 0)).shapes[0][1] == 3 + 2
+
+
+def test_attention_free_plan_says_so() -> None:
+    """Mamba2 alone: no attention block is raised and no layer grows with context; a state block stands for the
+    whole max_model_len (prefix caching is off for attention-free models)."""
+    import json
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from launcher.cli import main
+
+    cfg = Path(__file__).parent / "fixtures" / "configs-v2" / "configs" / "mamba2--default.json"
+    args = ["plan", "--config", str(cfg), "--machine", "h100-80gb", "--max-model-len", "8192"]
+    text = CliRunner().invoke(main, args).stdout
+    assert "attention-free: a request holds its state" in text
+    assert "hybrid:" not in text and "attention block size" not in text
+    p = json.loads(CliRunner().invoke(main, [*args, "--json"]).stdout)
+    assert p["block_size"] == p["mamba_block_size"] == 8192 and p["kv_layout"]["attention_block_size_raised"] is False

@@ -75,8 +75,9 @@ class KVLayout:
 
     @property
     def aligned(self) -> bool:
-        """vLLM raised the attention block size for the state page."""
-        return bool(self.mamba_page_bytes) and self.block_size != self.requested_block_size
+        """vLLM raised the attention block size for the state page (a hybrid: attention-free models have none)."""
+        hybrid = any(not isinstance(g.spec, MambaSpec) for g in self.groups)
+        return bool(self.mamba_page_bytes) and hybrid and self.block_size != self.requested_block_size
 
     def state_layers(self) -> int:
         return sum(g.layers for g in self.groups if isinstance(g.spec, MambaSpec))
@@ -146,6 +147,7 @@ def layout(
     mamba_mode: str = "none",
     owned: Sequence[bool] | None = None,
     mamba_chunk: int | None = None,
+    max_model_len: int | None = None,
 ) -> KVLayout:
     """Group the model's layer specs as vLLM's KV-cache manager does (`specs` built at `block_size`), then keep
     the layers this rank owns (`owned`, one flag per spec; pipeline parallel): groups are formed over the whole
@@ -163,6 +165,10 @@ def layout(
         version=version,
         mamba_chunk=mamba_chunk if mamba_mode == "all" else None,
     )
+    if max_model_len and mamba_mode == "none" and not any(s.grows_with_block for s in live):
+        # attention-free without prefix caching: a state block stands for a whole max_model_len sequence
+        # (MambaModelConfig: mamba_block_size = max_model_len)
+        bs = max_model_len
     # attention pages at the new block size; in 'all' mode a state block covers as many tokens
     live = [s.with_block_size(bs) if s.grows_with_block or mamba_mode == "all" else s for s in live]
     if mamba_page and any(s.grows_with_block for s in live):
