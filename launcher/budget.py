@@ -270,6 +270,11 @@ def pp_layer_ranges(num_layers: int, pp: int) -> list[range]:
     return out
 
 
+def is_mtp_tensor(t: Tensor, shape: Model) -> bool:
+    """A tensor of the MTP layers the checkpoint carries (numbered after the decoder's layers)."""
+    return t.layer is not None and t.layer >= shape.num_layers
+
+
 def rank_weight_bytes(
     shape: Model,
     ts: list[Tensor],
@@ -289,7 +294,7 @@ def rank_weight_bytes(
     mtp = args.speculative_method == "mtp" and last  # the drafter runs on the last stage
     total = 0
     for t, b in zip(ts, tensor_bytes, strict=True):
-        if t.layer is not None and t.layer >= shape.num_layers:
+        if is_mtp_tensor(t, shape):
             if mtp:
                 total += cdiv(b, tp) if t.role not in ("norm", "router") else b
             continue

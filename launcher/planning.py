@@ -161,10 +161,6 @@ def _pool_modelled(shape: Model, source: str) -> None:
         )
 
 
-def _is_mtp_tensor(t: Any, shape: Model) -> bool:
-    return t.layer is not None and t.layer >= shape.num_layers
-
-
 _LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
 
@@ -324,7 +320,7 @@ def make_plan(
         ckpt = found if src.origin in ("directory", "hf-cache") else None
         if ckpt is not None and ckpt.total_bytes and spec == formats.detect(shape, src.hf_quant_config):
             # exact bytes from the files; MTP layers only when the checkpoint carries them
-            modelled = sum(b for t, b in zip(ts, per_tensor, strict=True) if not _is_mtp_tensor(t, shape))
+            modelled = sum(b for t, b in zip(ts, per_tensor, strict=True) if not budget.is_mtp_tensor(t, shape))
             if _ckpt_has_mtp(ckpt, shape):
                 modelled = sum(per_tensor)
             exact_extra = ckpt.total_bytes - modelled
