@@ -1,9 +1,10 @@
-# vlaunch — everyday entry points. `make install` once, then `make test`.
+# vlaunch — everyday entry points. On a fresh clone `make test` and `make serve` install what they need first.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 VLAUNCH := $(VENV)/bin/vlaunch
-PROFILE ?= llama8b-32k
+INSTALLED := $(VENV)/.installed
+PROFILE ?=
 LOG ?=
 
 .PHONY: install test browser-test lint format plan serve check e2e demo bench clean vllm-cpu
@@ -12,16 +13,19 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 
-install: $(PY)  ## create .venv and install vlaunch with its dev tools
+$(INSTALLED): $(PY) pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
+	@touch $@
 
-test: ## the unit and CLI tests (no network, no GPU, no vLLM)
+install: $(INSTALLED)  ## create .venv and install vlaunch with its dev tools
+
+test: $(INSTALLED) ## the unit and CLI tests (no network, no GPU, no vLLM)
 	$(PY) -m pytest -q -m "not e2e and not browser" --ignore=tests/e2e
 
-browser-test: ## the HTML report in headless chromium (apt-get install chromium chromium-driver)
+browser-test: $(INSTALLED) ## the HTML report in headless chromium (apt-get install chromium chromium-driver)
 	$(PY) -m pytest -q -m browser tests/test_report_browser.py
 
-lint: ## ruff (lint + format check) and mypy --strict on the package
+lint: $(INSTALLED) ## ruff (lint + format check) and mypy --strict on the package
 	$(VENV)/bin/ruff check launcher tests bench scripts
 	$(VENV)/bin/ruff format --check launcher tests bench scripts
 	$(VENV)/bin/mypy
@@ -30,13 +34,18 @@ format:
 	$(VENV)/bin/ruff format launcher tests bench scripts
 	$(VENV)/bin/ruff check --fix launcher tests bench scripts
 
-plan: ## predict the buckets and vLLM's pool for PROFILE
-	$(VLAUNCH) plan profiles/$(PROFILE).yaml
+# No PROFILE: the bundled profile for this machine (`vlaunch profiles --default`): the Spark's container on a DGX
+# Spark, a tiny model on vLLM's CPU build (installed into .venv-vllm first) on a box without an NVIDIA GPU.
+plan: $(INSTALLED) ## predict the buckets and vLLM's pool for PROFILE (default: this machine's)
+	@prof="$(PROFILE)"; [ -n "$$prof" ] || prof=$$($(VLAUNCH) profiles --default); \
+	echo "$(VLAUNCH) plan $$prof"; $(VLAUNCH) plan "$$prof"
 
-serve: ## plan, guard, launch vLLM for PROFILE and check the prediction live
-	$(VLAUNCH) serve profiles/$(PROFILE).yaml
+serve: $(INSTALLED) ## plan, guard, launch vLLM for PROFILE (default: this machine's) and check the prediction live
+	@prof="$(PROFILE)"; [ -n "$$prof" ] || prof=$$($(VLAUNCH) profiles --default) || exit $$?; \
+	if [ "$$prof" = tiny-cpu ]; then $(MAKE) --no-print-directory vllm-cpu || exit $$?; fi; \
+	echo "$(VLAUNCH) serve $$prof"; exec $(VLAUNCH) serve "$$prof"
 
-check: ## read a vLLM startup log: make check LOG=path/to/vllm.log
+check: $(INSTALLED) ## read a vLLM startup log: make check LOG=path/to/vllm.log
 	@test -n "$(LOG)" || (echo "usage: make check LOG=path/to/vllm.log" >&2; exit 2)
 	$(VLAUNCH) check $(LOG)
 
@@ -55,13 +64,13 @@ $(TINY)/config.json: $(VLLM_VENV)/bin/python scripts/make_tiny_llama.py
 
 vllm-cpu: $(VLLM_VENV)/bin/python $(TINY)/config.json ## set up real vLLM and the tiny model
 
-e2e: vllm-cpu ## real vLLM (CPU build) end to end
+e2e: $(INSTALLED) vllm-cpu ## real vLLM (CPU build) end to end
 	$(PY) -m pytest -q -m e2e tests/e2e
 
-demo: vllm-cpu ## a tiny real vLLM server on this machine's CPU
-	$(VLAUNCH) serve profiles/tiny-cpu.yaml
+demo: $(INSTALLED) vllm-cpu ## a tiny real vLLM server on this machine's CPU
+	$(VLAUNCH) serve tiny-cpu
 
-bench: ## cold-start timings of the CLI
+bench: $(INSTALLED) ## cold-start timings of the CLI
 	$(PY) bench/cold_start.py
 
 clean:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from launcher.arch import read_config, registry
 from launcher.errors import ConfigError
+from launcher.records import dataclass
 
 
 @dataclass(frozen=True)

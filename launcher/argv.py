@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,25 +25,55 @@ DEFAULT_IMAGE = "nvcr.io/nvidia/vllm:latest"
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
-def container_argv(
-    *, image: str, hf_cache_dir: str, env: list[tuple[str, str]], model: str, vllm_args: list[str]
-) -> list[str]:
-    """Render templates/docker-run.j2 (one argument per line) into an argv list."""
-    from jinja2 import Environment, FileSystemLoader, StrictUndefined
+def hf_cache_mounts(env: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+    """(host dir, container dir) for the Hugging Face cache, as huggingface_hub resolves it on this host: HF_HOME
+    (default ~/.cache/huggingface, under XDG_CACHE_HOME when set) at the container's HF home, and HF_HUB_CACHE
+    too when it lives outside HF_HOME."""
+    if env is None:
+        from huggingface_hub import constants
 
-    values = [image, hf_cache_dir, model, *vllm_args, *(f"{k}={v}" for k, v in env)]
+        home, hub = constants.HF_HOME, constants.HF_HUB_CACHE
+    else:  # an explicit environment (tests, a remote node): the same rules huggingface_hub.constants applies
+        xdg = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        home = os.path.expanduser(env.get("HF_HOME") or os.path.join(xdg, "huggingface"))
+        hub = os.path.expanduser(env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE") or f"{home}/hub")
+    mounts = [(home, CONTAINER_HF_CACHE)]
+    if os.path.abspath(hub) != os.path.join(os.path.abspath(home), "hub"):
+        mounts.append((hub, CONTAINER_HF_CACHE + "/hub"))
+    return mounts
+
+
+def container_name(profile_name: str) -> str:
+    """A docker container name for a profile: vlaunch-<name>, with what docker refuses replaced."""
+    return "vlaunch-" + (re.sub(r"[^A-Za-z0-9_.-]", "-", profile_name).strip("-.") or "profile")
+
+
+def container_argv(
+    *,
+    image: str,
+    mounts: list[tuple[str, str]],
+    env: list[tuple[str, str]],
+    model: str,
+    vllm_args: list[str],
+    name: str,
+    pass_env: tuple[str, ...] = ("HF_TOKEN",),
+) -> list[str]:
+    """`docker run` for NVIDIA's vLLM container, one argument per element (never a shell): GPUs, shared IPC,
+    NVIDIA's recommended ulimits, host networking (vLLM's --host/--port then bind on the host), the HF cache,
+    `-e NAME` for the variables passed from the caller's environment (HF_TOKEN: never written into argv), the
+    profile's env, then `vllm serve MODEL …`."""
+    values = [image, model, name, *vllm_args, *(f"{k}={v}" for k, v in env), *(h for h, _ in mounts)]
     if any("\n" in x or "\r" in x for x in values):
         raise ValueError("a launch argument contains a line break")
-    jenv = Environment(loader=FileSystemLoader(TEMPLATES), undefined=StrictUndefined, autoescape=False)
-    text = jenv.get_template("docker-run.j2").render(
-        image=image,
-        hf_cache_dir=hf_cache_dir,
-        container_hf_cache=CONTAINER_HF_CACHE,
-        env=env,
-        model=model,
-        vllm_args=vllm_args,
-    )
-    return [line for line in text.splitlines() if line.strip()]
+    argv = ["docker", "run", "--rm", "--name", name, "--gpus", "all", "--ipc", "host",
+            "--ulimit", "memlock=-1", "--ulimit", "stack=67108864", "--network", "host"]  # fmt: skip
+    for host, inside in mounts:
+        argv += ["-v", f"{host}:{inside}"]
+    for var in pass_env:
+        argv += ["-e", var]
+    for k, v in env:
+        argv += ["-e", f"{k}={v}"]
+    return [*argv, image, "vllm", "serve", model, *vllm_args]
 
 
 def _engine_flags(profile: Profile, pred: Prediction, spec: FormatSpec, detected: FormatSpec) -> list[str]:
@@ -53,6 +86,10 @@ def _engine_flags(profile: Profile, pred: Prediction, spec: FormatSpec, detected
         flags += ["--tensor-parallel-size", str(a.tensor_parallel_size)]
     if a.pipeline_parallel_size > 1:
         flags += ["--pipeline-parallel-size", str(a.pipeline_parallel_size)]
+    if profile.data_parallel_size > 1:
+        flags += ["--data-parallel-size", str(profile.data_parallel_size)]
+    if profile.revision:
+        flags += ["--revision", profile.revision]
     if profile.dtype != "auto":
         flags += ["--dtype", profile.dtype]
     if profile.kv_cache_dtype != "auto":
@@ -106,7 +143,7 @@ def vllm_argv(
     spec: FormatSpec,
     detected: FormatSpec,
     *,
-    hf_cache_dir: str = "/root/.cache/huggingface",
+    hf_env: Mapping[str, str] | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """(argv, extra environment) to start vLLM as the profile says; binds 127.0.0.1 unless told otherwise."""
     v = profile.vllm
@@ -119,10 +156,11 @@ def vllm_argv(
     elif v.launch == "container":
         argv = container_argv(
             image=v.image or DEFAULT_IMAGE,
-            hf_cache_dir=hf_cache_dir,
+            mounts=hf_cache_mounts(hf_env),
             env=list(env.items()),
             model=profile.model,
             vllm_args=[*net, *flags],
+            name=v.container_name or container_name(profile.name),
         )
     else:
         argv = [v.executable, "serve", profile.model, *net, *flags]

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Literal
 
+from launcher import units
 from launcher.arch.layers import Layer
 from launcher.arch.model import Model
 from launcher.formats import FormatSpec
 from launcher.kv import kv_element_bytes
 from launcher.params import Tensor
+from launcher.records import dataclass
 from launcher.units import GiB, MiB, cdiv
 from launcher.vllm import engine as ve
 from launcher.vllm import pool as vp
@@ -591,7 +593,8 @@ def predict(req: PlanRequest) -> Prediction:
                     f"(the largest safe value, {cap_value:.2f}, {cap_why})"
                 )
             else:
-                util, why = cap_value, f"largest that {cap_why}; {req.users} users need {needed:.2f}"
+                verb = "needs" if req.users == 1 else "need"
+                util, why = cap_value, f"largest that {cap_why}; {units.users(req.users)} {verb} {needed:.2f}"
         util = max(util, 0.01)
 
     requested = vp.requested_bytes(T, util, v)
@@ -637,7 +640,7 @@ def predict(req: PlanRequest) -> Prediction:
         failure = "users_do_not_fit"
         need, have = req.users * request_bytes, max(room, 0)
         reasons.append(
-            f"KV cache: {req.users} users × {a.max_model_len:,} tokens need {need / GiB:.2f} GiB; after "
+            f"KV cache: {units.users(req.users)} × {a.max_model_len:,} tokens need {need / GiB:.2f} GiB; after "
             + ("the OS reserve, " if reserve else "")
             + f"weights, overhead and activation the machine has {have / GiB:.2f} GiB: short "
             f"{(need - have) / GiB:.2f} GiB (at most {max_users} users)"
@@ -646,7 +649,8 @@ def predict(req: PlanRequest) -> Prediction:
         failure = "users_do_not_fit"
         short = kv_need - pool_.pool_bytes
         reasons.append(
-            f"KV cache: {req.users} users × {a.max_model_len:,} tokens need {kv_need / GiB:.2f} GiB, the pool holds "
+            f"KV cache: {units.users(req.users)} × {a.max_model_len:,} tokens need {kv_need / GiB:.2f} GiB, the pool "
+            "holds "
             f"{pool_.pool_bytes / GiB:.2f} GiB ({pool_.max_concurrency:.2f} requests), short {short / GiB:.2f} GiB"
         )
     if req.free_bytes is not None and requested > req.free_bytes:
@@ -778,12 +782,16 @@ def _fixes(req: PlanRequest, pool_: vp.Pool, request_bytes: int, available: int,
     if pool_.pool_bytes > 0 and req.users > 0:
         per_user_tokens = pool_.tokens // max(req.users, 1)
         if 0 < per_user_tokens < a.max_model_len:
-            fixes.append(f"--max-model-len {per_user_tokens // a.block_size * a.block_size} fits {req.users} users")
+            fitting = per_user_tokens // a.block_size * a.block_size
+            fixes.append(f"--max-model-len {fitting} fits {units.users(req.users)}")
     if req.users > 1 and pool_.max_concurrency >= 1:
         fixes.append(f"--users {int(pool_.max_concurrency)} fits at this context")
     if req.weights_bytes > 0.5 * req.total_bytes:
         fixes.append("a smaller format (fp8 halves bf16 weights; awq / q4_k_m quarter them)")
-    if req.gpus > a.tensor_parallel_size or a.tensor_parallel_size == 1:
+    if a.platform == "cuda" and req.unified:  # one GPU per box: a second rank is a second Spark
+        if a.tensor_parallel_size * a.pipeline_parallel_size == 1:
+            fixes.append("two boxes (a profile with nodes:, tensor_parallel_size 2) split weights and KV heads")
+    elif a.platform == "cuda" and (req.gpus > a.tensor_parallel_size or a.tensor_parallel_size == 1):
         fixes.append("--tensor-parallel-size 2 splits weights and KV heads across two GPUs")
     if a.max_num_seqs > 256 and req.args.platform == "cuda":
         fixes.append("--max-num-seqs 256 shrinks the sampler warm-up peak")

@@ -9,12 +9,10 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from launcher.records import dataclass
 from launcher.units import GiB, MiB
 
 
@@ -33,8 +31,12 @@ class CpuWorker:
 
 
 def _load(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}  # no calibration yet: no YAML to read (and no PyYAML to import)
+    import yaml
+
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml when built
     except (OSError, yaml.YAMLError):
         return {}
     return data if isinstance(data, dict) else {}
@@ -42,6 +44,8 @@ def _load(path: Path) -> dict[str, Any]:
 
 def _store(path: Path, data: dict[str, Any]) -> None:
     """Write the whole file atomically (a reader never sees half of it)."""
+    import yaml
+
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from launcher.budget import Prediction
 from launcher.errors import VlaunchError
 from launcher.planning import Plan
+from launcher.records import dataclass
 from launcher.units import GiB
 from launcher.vllm.logs import LogFacts, parse_stream
 
@@ -16,16 +17,51 @@ class LogError(VlaunchError):
     """The log could not be read."""
 
 
+class NotAVllmLog(LogError):
+    """The file holds no line vLLM prints and no launch failure vlaunch knows."""
+
+
 def read_log(path: str) -> LogFacts:
     try:
         with open(path, "rb") as fh:
-            return parse_stream(fh)
+            facts = parse_stream(fh)
     except FileNotFoundError:
         raise LogError("no such file", source=path) from None
     except IsADirectoryError:
         raise LogError("is a directory, not a log file", source=path) from None
     except OSError as e:
         raise LogError(f"cannot read: {e.strerror}", source=path) from None
+    facts.source = path
+    return facts
+
+
+def require_vllm_log(f: LogFacts) -> LogFacts:
+    """`f`, unless its file is not a vLLM log: no line only vLLM prints (version banner, engine config, non-default
+    args, a boot stage, a memory or pool line …) and no failure (a launch that failed in docker, on the GPU or on the
+    model's repo prints no vLLM line, but is one). A vLLM log cut before its pool line passes."""
+    if f.recognised or f.failure is not None:
+        return f
+    raise NotAVllmLog(f"not a vLLM log ({_what_it_is(f.source)})", source=f.source)
+
+
+def _what_it_is(path: str | None) -> str:
+    head = b""
+    if path:
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(4096)
+        except OSError:
+            pass
+    text = head.lstrip()
+    if not head:
+        return "the file is empty"
+    if not text and len(head) < 4096:
+        return "only blank lines"
+    if text[:1] in (b"{", b"["):
+        return "JSON, not a log; `vlaunch report` reads run records"
+    if b"\x00" in head:
+        return "binary data"
+    return "no line of it is one vLLM prints, and it shows no launch failure"
 
 
 # Flags a plan can take from the log itself (non-default args, engine config).
@@ -84,6 +120,7 @@ class Comparison:
     explained_by: str | None
     explanation: str
     notes: tuple[str, ...] = field(default=())
+    warnings: tuple[str, ...] = field(default=())  # the plan and the log disagree on a fact (the vLLM version)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -91,6 +128,7 @@ class Comparison:
             "explained_by": self.explained_by,
             "explanation": self.explanation,
             "notes": list(self.notes),
+            "warnings": list(self.warnings),
         }
 
 
@@ -117,6 +155,25 @@ def _by_group(p: Prediction) -> str:
         f"layer of each of the {lay.n_groups} groups of {lay.group_size}); a {p.args.max_model_len:,}-token request "
         f"takes {p.pool.blocks_per_request} blocks: {per_kind}"
     )
+
+
+def version_warning(plan: Plan, f: LogFacts) -> str | None:
+    """The plan followed another vLLM than the one that logged: which sizing rules differ between the two."""
+    from launcher.vllm import versions as V
+
+    if not f.vllm_version:
+        return None
+    try:
+        logged = V.parse_version(f.vllm_version)
+    except VlaunchError:
+        return None
+    planned = plan.prediction.args.version
+    if logged == planned:
+        return None
+    differ = [r.name for r in V.RULES if r.on(logged) != r.on(planned)]
+    how = f" ({plan.version_found.detail})" if plan.version_found else ""
+    rules = f"; rules that differ: {', '.join(differ)}" if differ else "; no sizing rule differs between them"
+    return f"the plan follows vLLM {V.fmt_version(planned)}{how} but the log is vLLM {f.vllm_version}{rules}"
 
 
 def compare(plan: Plan, f: LogFacts) -> Comparison:
@@ -183,14 +240,18 @@ def compare(plan: Plan, f: LogFacts) -> Comparison:
             )
         else:
             explanation = f"{worst.bucket} is the largest difference ({d:+.2f} GiB)"
-    return Comparison(tuple(rows), explained_by, explanation, tuple(notes))
+    warning = version_warning(plan, f)
+    return Comparison(tuple(rows), explained_by, explanation, tuple(notes), (warning,) if warning else ())
 
 
 def render_facts(f: LogFacts) -> str:
     lines = []
-    head = f"vLLM {f.vllm_version or '?'} ({f.engine or '?'}, {f.device or '?'})"
-    if f.model:
-        head += f": {f.model}"
+    if f.recognised or f.vllm_version or f.model:
+        head = f"vLLM {f.vllm_version or '?'} ({f.engine or '?'}, {f.device or '?'})"
+        if f.model:
+            head += f": {f.model}"
+    else:  # a launch that failed before vLLM printed anything (docker, the GPU, the repo)
+        head = "no vLLM line: the launch failed before vLLM started"
     lines.append(head)
     settings = []
     for label, v in (("max_model_len", f.max_model_len), ("tp", f.tensor_parallel_size),
@@ -236,6 +297,8 @@ def render_comparison(c: Comparison) -> str:
             f"  {r.bucket + ' (' + r.unit + ')':<22}{show(r.predicted):>14}{show(r.logged):>14}{delta:>12}{pct}"
         )
     lines.append(f"  {c.explanation}")
+    for w in c.warnings:
+        lines.append(f"  warning: {w}")
     for n in c.notes:
         lines.append(f"  note: {n}")
     return "\n".join(lines)

@@ -10,11 +10,12 @@ import json
 import os
 import re
 import struct
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import BinaryIO, Literal
 
 from launcher.errors import CheckpointError
+from launcher.records import dataclass
 
 __all__ = [
     "GGML_TYPES",

@@ -87,11 +87,29 @@ def count(model: str, fmt: str | None, kv_cache_dtype: str, tensor_parallel_size
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def profiles(as_json: bool) -> None:
+@click.option(
+    "--default",
+    "default",
+    is_flag=True,
+    help="Print only the name of the bundled profile for this machine (what `make serve` starts): "
+    "llama8b-32k on a DGX Spark, tiny-cpu without an NVIDIA GPU, qwen3-8b-pip on another GPU.",
+)
+def profiles(as_json: bool, default: bool) -> None:
     """List the profiles `plan PROFILE` and `serve PROFILE` take by name: ./profiles/*.yaml, then the bundled ones."""
     from pathlib import Path
 
     from launcher.profiles import BUNDLED_PROFILES, available_profiles, load_profile
+
+    if default:
+        from launcher.machines import detect
+
+        here, _ = detect()
+        name = _default_profile(here.name)
+        if as_json:
+            emit_json({"default": name, "machine": here.name})
+        else:
+            click.echo(name)
+        return
 
     rows: list[dict[str, Any]] = []
     seen: dict[str, Path] = {}
@@ -149,70 +167,60 @@ def archs(as_json: bool) -> None:
     click.echo(f"\n{n_exact} model_types read exactly, {len(rows) - n_exact} vLLM architectures read generically")
 
 
+def _default_profile(machine_name: str) -> str:
+    from launcher.profiles import default_profile_name
+
+    return default_profile_name(machine_name)
+
+
 def _no_calibration(ctx: click.Context, param: click.Parameter, value: bool) -> None:
     if value:
         os.environ["VLAUNCH_NO_CALIBRATION"] = "1"
 
 
+class _FloatOrAuto(click.ParamType):  # type: ignore[type-arg]
+    name = "number|auto"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if value is None or value == "auto" or not isinstance(value, str):
+            return value
+        try:
+            return float(value)
+        except ValueError:
+            return value  # the profile validator names the problem
+
+
+_CLI_TYPES: dict[str, Any] = {"int": int, "float": float}
+
+
+def _field_option(spec: Any) -> Any:
+    """A click option for a profile field: its flags, its help and its type from the profile's field table."""
+    decls = [*spec.flags, spec.dest]
+    if spec.switch == "flag":
+        return click.option(*decls, is_flag=True, default=None, help=spec.help)
+    if spec.switch == "onoff":
+        on = spec.flags[0]
+        return click.option(f"{on}/--no-{on[2:]}", spec.dest, default=None, help=spec.help)
+    kind = _FloatOrAuto() if spec.metavar and spec.metavar.endswith("|auto") else _CLI_TYPES.get(spec.cli_type)
+    return click.option(*decls, type=kind, metavar=spec.metavar, help=spec.help)
+
+
 def _plan_options(f: Any) -> Any:
+    """The flags every planning command takes: one per profile field that has flags (vLLM's names), plus the
+    model source, live-memory and output options."""
+    from launcher.profiles import FIELDS
+
     opts = [
-        click.option("--config", "config", metavar="FILE", help="An explicit config.json (instead of a profile)."),
+        click.option(
+            "--config",
+            "serve_config",
+            metavar="FILE",
+            help="vLLM's serve config YAML (what `vllm serve --config` reads and `vlaunch render --as vllm-config` "
+            "writes); its keys set the flags below. A config.json here is read as --hf-config-path.",
+        ),
         click.option("--model", "model", metavar="ID", help="Hugging Face repo id or model directory."),
-        click.option(
-            "--machine",
-            help="dgx-spark, h100-80gb, h200, a100-80gb, a100-40gb, l40s, rtx5090, "
-            "rtx4090, rtx4080, rtx3090, t4, cuda, cpu or auto.",
-        ),
-        click.option("--gpu-memory-gib", type=float, help="Total memory per GPU (GiB), overriding the catalog."),
-        click.option("--gpu-memory-utilization", help="A fraction (0-1] or 'auto'."),
-        click.option("--max-model-len", type=int),
-        click.option("--tensor-parallel-size", "-tp", type=int),
-        click.option("--pipeline-parallel-size", "-pp", type=int),
-        click.option("--dtype"),
-        click.option("--kv-cache-dtype"),
-        click.option("--quantization", "--format", "quantization", help="Storage format or vLLM quantization name."),
-        click.option("--max-num-batched-tokens", type=int),
-        click.option("--max-num-seqs", type=int),
-        click.option("--enforce-eager", is_flag=True, default=None),
-        click.option("--block-size", type=int),
-        click.option("--kv-cache-memory-bytes", help="Exact KV pool size (e.g. 4G, 12GiB, 4294967296)."),
-        click.option("--vllm-version", help="The vLLM version to predict for (e.g. 0.19.0)."),
-        click.option("--users", type=int, help="Target concurrent conversations."),
-        click.option("--os-reserve-gib", help="Memory kept for the OS on unified machines, or 'auto'."),
-        click.option("--overhead-gib", type=float, help="Fixed overhead instead of the version model."),
-        click.option("--biggest-pool", is_flag=True, default=None, help="Let auto util take the largest safe pool."),
+        *(_field_option(spec) for spec in FIELDS if spec.flags),
         click.option("--free-gib", type=float, help="Memory free at launch (GiB), when not read from this machine."),
-        click.option(
-            "--language-model-only",
-            is_flag=True,
-            default=None,
-            help="Serve a multimodal model as text only (vLLM skips its encoders).",
-        ),
-        click.option(
-            "--limit-mm-per-prompt",
-            metavar="JSON",
-            help="Items per prompt by modality, as vLLM takes it: '{\"image\": 0}'.",
-        ),
-        click.option(
-            "--speculative-config",
-            metavar="JSON",
-            help='Speculative decoding as vLLM takes it: \'{"method": "mtp", "num_speculative_tokens": 1}\'.',
-        ),
-        click.option("--mamba-cache-dtype", help="Conv-state dtype of Mamba / linear-attention layers (auto)."),
-        click.option("--mamba-ssm-cache-dtype", help="SSM / recurrent state dtype (auto: the model's default)."),
-        click.option("--mamba-cache-mode", help="auto (align with prefix caching), none or align."),
-        click.option(
-            "--enable-prefix-caching/--no-enable-prefix-caching",
-            default=None,
-            help="Prefix caching (vLLM's default: on); it puts Mamba layers in align mode.",
-        ),
-        click.option("--runner", help="auto, generate or pooling (encoders keep no KV cache)."),
-        click.option(
-            "--disable-hybrid-kv-cache-manager",
-            is_flag=True,
-            default=None,
-            help="Allocate sliding-window and chunked layers like full attention.",
-        ),
         click.option("--json", "as_json", is_flag=True, help="Machine-readable output."),
         click.option(
             "--no-calibration",
@@ -227,57 +235,69 @@ def _plan_options(f: Any) -> Any:
     return f
 
 
-_FLAG_FIELDS = (
-    "machine", "gpu_memory_gib", "gpu_memory_utilization", "max_model_len", "tensor_parallel_size",
-    "pipeline_parallel_size", "dtype", "kv_cache_dtype", "quantization", "max_num_batched_tokens", "max_num_seqs",
-    "enforce_eager", "block_size", "kv_cache_memory_bytes", "users", "os_reserve_gib", "overhead_gib",
-    "biggest_pool", "language_model_only", "mamba_cache_dtype", "mamba_ssm_cache_dtype", "mamba_cache_mode",
-    "enable_prefix_caching", "runner", "disable_hybrid_kv_cache_manager",
-)  # fmt: skip
+def build_profile(profile: str | None, flags: dict[str, Any], command: tuple[str, ...] = ()) -> Any:
+    """A profile from PROFILE (path or name under profiles/), a pasted vLLM command and/or flags.
 
-
-def _num_or_auto(value: str | None) -> float | str | None:
-    if value is None or value == "auto":
-        return value
-    try:
-        return float(value)
-    except ValueError:
-        return value  # the profile validator names the problem
-
-
-def build_profile(profile: str | None, flags: dict[str, Any]) -> Any:
-    """A profile from PROFILE (path or name under profiles/) and/or flags; flags override the file."""
+    `flags` holds the click values by field dest ("max_model_len", "vllm_port", "config" for --hf-config-path),
+    plus "model" and "serve_config" (--config: vLLM's serve YAML). Precedence: flags, then the pasted command,
+    then the serve YAML, then the profile file.
+    """
     from pathlib import Path
 
     from launcher.planning import profile_from_flags
-    from launcher.profiles import load_profile, resolve_profile_arg
+    from launcher.profiles import FIELDS, load_profile, resolve_profile_arg
+    from launcher.vllm.flags import Parsed, parse_command, read_serve_config
 
-    overrides = {k: flags.get(k) for k in _FLAG_FIELDS if flags.get(k) is not None}
-    for k in ("gpu_memory_utilization", "os_reserve_gib"):
-        if k in overrides:
-            overrides[k] = _num_or_auto(overrides[k])
-    if flags.get("vllm_version"):
-        overrides["vllm"] = {"version": flags["vllm_version"]}
-    for key in ("limit_mm_per_prompt", "speculative_config"):
-        if flags.get(key):
-            import json
-
+    values = {k: v for k, v in flags.items() if v is not None}
+    layers: list[Parsed] = []
+    if command:
+        layers.append(parse_command(command))
+    serve_config = values.pop("serve_config", None) or next(
+        (x.values.get("serve_config") for x in layers if x.values.get("serve_config")), None
+    )
+    if serve_config:
+        from_file, hf_config = read_serve_config(serve_config)
+        if hf_config:
+            values.setdefault("config", hf_config)
+        layers.append(from_file)
+    extra: list[str] = []
+    for layer in layers:
+        for k, v in layer.values.items():
+            values.setdefault(k, v)
+        extra += layer.extra_args
+    overrides: dict[str, Any] = {}
+    vllm: dict[str, Any] = {}
+    for spec in FIELDS:
+        value = values.get(spec.dest)
+        if value is None or not spec.flags or spec.key in ("model", "config"):
+            continue
+        if spec.key in ("limit_mm_per_prompt", "speculative_config") and isinstance(value, str):
             try:
-                overrides[key] = json.loads(flags[key])
+                value = json.loads(value)
             except ValueError as e:
                 from launcher.errors import ProfileError
 
-                raise ProfileError(f"not JSON: {e}", field="--" + key.replace("_", "-")) from None
+                raise ProfileError(f"not JSON: {e}", field=spec.flags[0]) from None
+        if spec.key.startswith("vllm."):
+            vllm[spec.key[5:]] = value
+        else:
+            overrides[spec.key] = value
     if profile:
         base = load_profile(resolve_profile_arg(profile, Path.cwd() / "profiles"))
-        if flags.get("model"):
-            overrides["model"] = flags["model"]
-        if flags.get("config"):
-            overrides["config"] = flags["config"]
-        return base.with_overrides(**overrides) if overrides else base
-    vllm = overrides.pop("vllm", None)
-    p = profile_from_flags(flags.get("model"), flags.get("config"), **overrides)
-    return p.with_overrides(vllm=vllm) if vllm else p
+        for key in ("model", "config"):
+            if values.get(key):
+                overrides[key] = values[key]
+        if extra:
+            vllm["extra_args"] = [*base.vllm.extra_args, *extra]
+        if vllm:
+            overrides["vllm"] = vllm
+        p = base.with_overrides(**overrides) if overrides else base
+    else:
+        if extra:
+            vllm["extra_args"] = extra
+        p = profile_from_flags(values.get("model"), values.get("config"), **overrides)
+        p = p.with_overrides(vllm=vllm) if vllm else p
+    return p
 
 
 def _bar_style(ascii_bar: bool) -> Any:
@@ -319,14 +339,29 @@ def _compare_plans(main_plan: Any, names: str) -> list[Any]:
     return plans
 
 
-@main.command()
-@click.argument("profile", required=False)
+def _split_command(words: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
+    """PROFILE and/or a pasted vLLM command (after --): `plan p`, `plan -- vllm serve M …`, `plan p -- vllm …`."""
+    import os.path
+
+    def is_launch(w: str) -> bool:
+        base = os.path.basename(w)
+        return base in ("vllm", "docker") or base.startswith("python")
+
+    if not words:
+        return None, ()
+    if is_launch(words[0]):
+        return None, words
+    return words[0], words[1:]
+
+
+@main.command(context_settings={"ignore_unknown_options": False})
+@click.argument("words", metavar="[PROFILE] [-- VLLM COMMAND…]", nargs=-1, type=click.UNPROCESSED)
 @_plan_options
 @click.option("--html", "html_path", metavar="FILE", help="Also write the memory picture as one HTML page.")
 @click.option("--compare", metavar="M1,M2,…", help="Draw the profile on these machines too (spark,h100,rtx4090).")
 @click.option("--ascii", "ascii_bar", is_flag=True, help="Draw the memory bar in plain ASCII.")
 def plan(
-    profile: str | None,
+    words: tuple[str, ...],
     as_json: bool,
     free_gib: float | None,
     html_path: str | None,
@@ -336,16 +371,19 @@ def plan(
 ) -> None:
     """Predict the four buckets, vLLM's KV pool and a safe gpu_memory_utilization.
 
-    PROFILE is a YAML file or the name of one in profiles/. Flags mirror vLLM's and override the profile.
-    --html FILE writes a bar per machine drawn to its capacity; --compare a,b,c plans the same profile on other
-    machines (bars in the page, one more bar each in the text). Exit code 3 when the plan does not fit (the
-    reasons say which bucket and by how much); the HTML is written all the same.
+    PROFILE is a YAML file or the name of a profile (`vlaunch profiles`). Flags are vLLM's and override the
+    profile; so does a vLLM command pasted after `--` (`vlaunch plan -- vllm serve MODEL --max-model-len 32k`),
+    whose flags vlaunch does not model are passed to vLLM as written. --html FILE writes a bar per machine drawn
+    to its capacity; --compare a,b,c plans the same profile on other machines. Exit 3 when the plan, or any
+    compared machine, does not fit (the reasons say which bucket and by how much); the HTML is written all the
+    same.
     """
     from launcher.planning import make_plan
     from launcher.render import memory_bar, render_plan
     from launcher.units import gib_to_bytes
 
-    p = build_profile(profile, flags)
+    profile, command = _split_command(words)
+    p = build_profile(profile, flags, command)
     result = make_plan(p, free_bytes=None if free_gib is None else gib_to_bytes(free_gib))
     plans = _compare_plans(result, compare) if compare else [result]
     style = _bar_style(ascii_bar)
@@ -372,17 +410,20 @@ def plan(
         _write_text(html_path, render_html(page_data([x.to_json() for x in plans], description=p.description)))
         if not as_json:
             click.echo(f"html: {html_path}")
-    if not result.fits:
+    if not all(x.fits for x in plans):
         sys.exit(EXIT_DOES_NOT_FIT)
 
 
 def _plan_for_log(facts: Any, profile: str | None, flags: dict[str, Any], free_gib: float | None) -> Any:
-    """(plan, comparison, note) for a log: the profile / --config / --model, completed by the log's own flags."""
-    from launcher.check import compare, flags_from_log
+    """(plan, comparison, note) for a log: the profile / --config / --model, completed by the log's own flags.
+
+    A file that is not a vLLM log is refused here (exit 2), for `check` and `report` alike."""
+    from launcher.check import compare, flags_from_log, require_vllm_log
     from launcher.planning import make_plan
     from launcher.units import gib_to_bytes
 
-    if not (profile or flags.get("config") or flags.get("model")):
+    require_vllm_log(facts)
+    if not (profile or flags.get("config") or flags.get("serve_config") or flags.get("model")):
         return None, None, None
     merged = {k: v for k, v in flags_from_log(facts).items()}
     merged.update({k: v for k, v in flags.items() if v is not None})
@@ -408,11 +449,15 @@ def check(log: str, profile: str | None, as_json: bool, free_gib: float | None, 
 
     With --profile or --config/--model the log's own flags (non-default args, engine config, version, total
     memory) complete the plan, so `vlaunch check LOG --config config.json` needs nothing else.
-    Exit 0: vLLM started (or the log shows no failure), 1: the log shows a failure, 2: unreadable input.
+    Failures: memory (insufficient_free_memory, kv_too_small_for_max_model_len, no_kv_memory, cuda_oom,
+    worker_killed), invalid_config, and the launch environment (docker_daemon, no_gpu_runtime, no_cuda_gpu,
+    driver_too_old, address_in_use, repo_access, out_of_disk).
+    Exit 0: vLLM started (or the log shows no failure), 1: the log shows a failure, 2: unreadable input or not a
+    vLLM log.
     """
-    from launcher.check import read_log, render_comparison, render_facts
+    from launcher.check import read_log, render_comparison, render_facts, require_vllm_log
 
-    facts = read_log(log)
+    facts = require_vllm_log(read_log(log))
     out: dict[str, Any] = facts.to_json()
     plan_, comparison, note = _plan_for_log(facts, profile, flags, free_gib)
     if plan_ is not None and comparison is not None:
@@ -435,38 +480,65 @@ def check(log: str, profile: str | None, as_json: bool, free_gib: float | None, 
 
 
 @main.command()
-@click.argument("profile")
+@click.argument("words", metavar="[PROFILE] [-- VLLM COMMAND…]", nargs=-1, type=click.UNPROCESSED)
 @click.option("--dry-run", is_flag=True, help="Print the plan, the guard's verdict and the command; start nothing.")
 @click.option("--force", is_flag=True, help="Launch even when the plan says it does not fit.")
 @click.option("--verbose", "-v", is_flag=True, help="Echo every vLLM line, not only the boot stages.")
 @click.option("--logs-dir", default="logs", show_default=True, help="Where run logs and records go.")
 @click.option("--stop-after-ready", is_flag=True, hidden=True)
+@click.option("--skip-preflight", is_flag=True,
+              help="Launch without the pre-flight checks (executable, docker, GPU, machine, port, model).")  # fmt: skip
 @_plan_options
 def serve(
-    profile: str,
+    words: tuple[str, ...],
     dry_run: bool,
     force: bool,
     verbose: bool,
     logs_dir: str,
     stop_after_ready: bool,
+    skip_preflight: bool,
     as_json: bool,
     free_gib: float | None,
     **flags: Any,
 ) -> None:
-    """Plan, guard and launch vLLM for PROFILE, check the prediction live, stop cleanly on Ctrl-C.
+    """Plan, guard, pre-flight and launch vLLM for PROFILE, check the prediction live, stop cleanly on Ctrl-C.
+
+    With no PROFILE, no --model and no pasted command: the bundled profile for this box (`vlaunch profiles
+    --default`). A vLLM command pasted after `--` is launched as planned, like `plan -- vllm serve …`.
 
     Exit 0 after a clean stop, 1 when vLLM fails to boot, 3 when the plan does not fit (unless --force),
-    4 when another vLLM holds the box.
+    4 when another vLLM holds the box; pre-flight refusals (one line each, nothing started): 5 missing
+    executable, 6 container runtime, 7 GPU, 8 machine mismatch, 9 port in use, 10 model. 130 when stopped
+    before vLLM was ready. --dry-run prints the pre-flight result and starts nothing.
     """
     from pathlib import Path
 
-    from launcher import guard
+    from launcher import cluster, guard
+    from launcher import preflight as pf
     from launcher.launch import serve as run_server
     from launcher.planning import make_plan
     from launcher.render import render_plan
     from launcher.units import gib_to_bytes
 
-    p = build_profile(profile, flags)
+    def echo_preflight(findings: list[pf.Refusal] | None, skipped: str) -> None:
+        """`pre-flight: ok`, or a line per finding (`refused (CODE):` / `warning:`)."""
+        if findings is None:
+            click.echo(f"pre-flight: {skipped}")
+            return
+        for f in findings:
+            kind = f"refused ({f.code})" if f.refuse else "warning"
+            click.echo(f"pre-flight: {kind}: {f.line()}")
+        if not pf.refusals(findings):
+            click.echo("pre-flight: ok")
+
+    profile, command = _split_command(words)
+    if not (profile or command or flags.get("model") or flags.get("config") or flags.get("serve_config")):
+        from launcher.machines import detect
+
+        profile = _default_profile(detect()[0].name)
+        if not as_json:
+            click.echo(f"profile: {profile} (the bundled default for this box; `vlaunch profiles` lists others)")
+    p = build_profile(profile, flags, command)
     free = None if free_gib is None else gib_to_bytes(free_gib)
     if free is None and not p.nodes:
         free = guard.live_free_bytes(p.machine)  # the start-up check against what is free right now
@@ -478,14 +550,21 @@ def serve(
         verdict = guard.refusal(holder)
     elif foreign:
         shown = "; ".join(
-            f"pid {i.pid} ({i.role}, {i.rss_bytes / 2**30:.2f} GiB): {i.cmdline[:80]}" for i in foreign[:4]
+            f"pid {i.pid} ({i.role}, {i.rss_bytes / 2**30:.2f} GiB): {' '.join(i.cmdline.split())[:80]}"
+            for i in foreign[:4]
         )
         verdict = f"vLLM processes already run on this box: {shown}; stop them with `vlaunch stop PID`"
+    # several nodes run pre-flight on the head only (cluster.preflight checks every node)
+    checked = not skip_preflight and (not p.nodes or cluster.is_local(cluster.head(p)))
+    findings = pf.preflight(result) if dry_run and checked else None
     if as_json and dry_run:
-        emit_json({"plan": result.to_json(), "guard": verdict, "argv": list(result.argv)})
+        out = {"plan": result.to_json(), "guard": verdict, "argv": list(result.argv)}
+        emit_json({**out, "preflight": None if findings is None else [f.to_json() for f in findings]})
     else:
         click.echo(render_plan(result, bar=_bar_style(False)))
         click.echo(f"guard: {verdict}")
+        if dry_run:
+            echo_preflight(findings, "skipped" if skip_preflight else "skipped: run it on the head node")
     if p.nodes and dry_run:
         _serve_cluster(p, result, dry_run, logs_dir, verbose, stop_after_ready, as_json)
     if not result.fits and not force:
@@ -496,12 +575,24 @@ def serve(
         sys.exit(4)
     if dry_run:
         return
+    if checked:
+        findings = pf.preflight(result)
+        refused = pf.refusals(findings)
+        if refused:  # one line each, in check order; the exit code is the first one's; nothing is written
+            for w in pf.warnings(findings):
+                click.echo(f"vlaunch: warning: {w.line()}", err=True)
+            for r in refused:
+                click.echo(f"vlaunch: error: {r.line()}", err=True)
+            sys.exit(refused[0].code)
+        echo_preflight(findings, "")
     if p.nodes:
         _serve_cluster(p, result, dry_run, logs_dir, verbose, stop_after_ready, as_json)
         return
     run = run_server(
         result, logs_dir=Path(logs_dir), echo=click.echo, verbose=verbose, stop_after_ready=stop_after_ready
     )
+    if run.error:
+        click.echo(f"vlaunch: error: {run.error}", err=True)
     click.echo(f"run record: {run.record_path}")
     sys.exit(run.exit_code)
 
@@ -574,7 +665,7 @@ def ps(as_json: bool) -> None:
     if not instances:
         click.echo("no vLLM processes on this box")
     for i in instances:
-        click.echo(f"{i.pid:>8}  {i.role:<8} {i.rss_bytes / 2**30:6.2f} GiB  {i.cmdline[:100]}")
+        click.echo(f"{i.pid:>8}  {i.role:<8} {i.rss_bytes / 2**30:6.2f} GiB  {' '.join(i.cmdline.split())[:100]}")
 
 
 @main.command()
@@ -733,7 +824,8 @@ def render(
 
 @main.command()
 @click.argument("paths", nargs=-1)
-@click.option("--config", "config", metavar="FILE", help="config.json of the model in the LOGs (for raw logs).")
+@click.option("--hf-config-path", "--config", "config", metavar="FILE",
+              help="config.json of the model in the LOGs (for raw logs; vLLM's --hf-config-path).")  # fmt: skip
 @click.option("--model", "model", metavar="ID", help="Model of the LOGs, when they do not name one vlaunch knows.")
 @click.option("--dry-run", is_flag=True, help="Fit and print, but do not store.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")

@@ -11,11 +11,11 @@ import json
 import shlex
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.errors import VlaunchError
 from launcher.profiles import NodeSpec, Profile
+from launcher.records import dataclass
 
 RAY_PORT = 6379
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from launcher import formats
@@ -11,6 +10,7 @@ from launcher.checkpoint import CheckpointBytes
 from launcher.kv import KVPerToken, kv_per_token
 from launcher.modelsource import ModelSource, load, read_model
 from launcher.params import ParamCount, Tensor, count, tensors
+from launcher.records import dataclass
 from launcher.units import GB, GiB, KiB
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from fnmatch import fnmatchcase
 from typing import Any, Literal
 
@@ -17,6 +17,7 @@ from launcher.arch.model import Model
 from launcher.checkpoint import GGML_TYPES
 from launcher.errors import FormatError
 from launcher.params import PARTS, Part, Tensor, tensors
+from launcher.records import dataclass
 
 FormatName = Literal[
     "fp32", "bf16", "fp16", "fp8", "int8", "q8_0", "awq", "gptq", "w4a16", "q4_k_m", "nvfp4", "mxfp4",

@@ -14,13 +14,13 @@ import os
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 from launcher.errors import VlaunchError
+from launcher.records import dataclass
 
 
 class GuardError(VlaunchError):

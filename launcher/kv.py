@@ -6,7 +6,7 @@ compressed latent (plus the decoupled rope key) per layer; sliding-window layers
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from launcher.arch.layers import (
     Attention,
@@ -18,13 +18,17 @@ from launcher.arch.layers import (
 )
 from launcher.arch.model import Model
 from launcher.errors import ConfigError
+from launcher.records import dataclass
 
 __all__ = ["DTYPE_BYTES", "KV_CACHE_DTYPES", "KVPerToken", "kv_element_bytes", "kv_heads_per_rank", "kv_per_token"]
 
 KV_CACHE_DTYPES = (
     "auto", "bfloat16", "float16", "float32", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc",
-    "int8_per_token_head", "fp8_per_token_head",
+    "int8_per_token_head", "fp8_per_token_head", "fp8_ds_mla",
 )  # fmt: skip
+# fp8_ds_mla (DeepSeek V3.2's FlashMLA sparse format): per token per MLA layer a 512-element fp8 latent, 4 fp32
+# scales (one per 128 elements) and the 64-element rope key kept in bf16 — vLLM's MLAAttentionSpec page size.
+DS_MLA_BYTES_PER_TOKEN = 512 * 1 + 4 * 4 + 64 * 2
 
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "half": 2}
 
@@ -40,7 +44,7 @@ def kv_element_bytes(kv_cache_dtype: str, model_dtype: str | None) -> tuple[int,
         return 2, 0
     if d in ("float32", "fp32"):
         return 4, 0
-    if d in ("fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc"):
+    if d in ("fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla"):
         return 1, 0
     if d in ("int8_per_token_head", "fp8_per_token_head"):
         return 1, 4  # one fp32 scale per token per head, for K and for V
@@ -111,6 +115,8 @@ def mixer_bytes_per_token(mixer: Mixer, kv_cache_dtype: str, model_dtype: str | 
     # MLA's one latent plus the rope key, replicated on every rank. Per-token-head dtypes add a scale per KV head
     # for K and for V (MLA's latent has none).
     scales = 0 if isinstance(mixer, MLAttention) else 2 * kv_heads_per_rank(mixer.kv_heads, tp) * scale
+    if isinstance(mixer, MLAttention) and kv_cache_dtype.lower() == "fp8_ds_mla":
+        return DS_MLA_BYTES_PER_TOKEN
     elems = mixer.kv_elements_per_token(tp)
     return elems * elem + scales if elems else 0
 

@@ -20,15 +20,17 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import IO, Any
 
 import psutil
 
 from launcher import calibration, guard
+from launcher import preflight as pf
 from launcher.check import compare, render_comparison
 from launcher.planning import Plan
+from launcher.records import dataclass
 from launcher.vllm import logs
 from launcher.vllm import pool as vp
 from launcher.vllm import versions as V
@@ -144,10 +146,11 @@ class _Stop(Exception):
 
 @dataclass
 class RunResult:
-    exit_code: int
+    exit_code: int  # what vlaunch exits with; the record's "exit" is the same number
     record: dict[str, Any]
     log: Path
     record_path: Path
+    error: str | None = None  # one line (what; fix) when vLLM could not be started at all
 
 
 def serve(
@@ -159,7 +162,12 @@ def serve(
     ready_timeout: float = 1800.0,
     stop_after_ready: bool = False,
 ) -> RunResult:
-    """Run vLLM under the guard until it exits or we are told to stop."""
+    """Run vLLM under the guard until it exits or we are told to stop.
+
+    The exit code (and the record's "exit"): 0 after a clean stop (a signal once vLLM is ready, or
+    stop_after_ready), 1 when vLLM fails or exits before it is ready, 5 when its executable cannot be started,
+    128 + the signal's number when stopped before vLLM was ready, 70 when vlaunch itself fails (then re-raised).
+    """
     profile = plan.profile
     log_path, record_path = new_log_paths(profile.name, logs_dir)
     lock = guard.BoxLock()
@@ -186,6 +194,9 @@ def serve(
     known: list[psutil.Process] = []
     watcher = Watcher(on_stage=lambda s, t: echo(f"[{t:7.1f}s] {s.value}"))
     exit_code = 0
+    error: str | None = None
+    ready_at: float | None = None
+    vllm_rc: int | None = None  # vLLM's own exit status, when it ended by itself
     old_handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
 
     def _raise(signum: int, _frame: object) -> None:
@@ -197,14 +208,23 @@ def serve(
     log_fh: IO[bytes] = log_path.open("ab")
     try:
         env = {**os.environ, **dict(plan.env)}
-        proc = subprocess.Popen(
-            list(plan.argv),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,  # its own process group: we stop all of it, it never gets our terminal's ^C
-        )
+        try:
+            proc = subprocess.Popen(
+                list(plan.argv),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,  # its own process group: we stop all of it, it never gets our terminal's ^C
+            )
+        except OSError as e:  # FileNotFoundError, PermissionError: the same refusal pre-flight gives
+            reason = "not executable" if isinstance(e, PermissionError) else "not found"
+            if not isinstance(e, FileNotFoundError | PermissionError):
+                reason = f"cannot be started ({e.strerror or e})"
+            refusal = pf.missing_executable(plan, plan.argv[0], reason)
+            exit_code, error = refusal.code, refusal.line()
+            record["error"] = error
+            return RunResult(exit_code, record, log_path, record_path, error)
         info["vllm_pid"] = proc.pid
         lock.update(info)
         echo(f"vLLM pid {proc.pid}; log {log_path}")
@@ -212,7 +232,6 @@ def serve(
         reader = threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True)
         reader.start()
         base = f"http://{_connect_host(profile.vllm.host)}:{profile.vllm.port}"
-        ready_at: float | None = None
         compared = False
         metrics_done = False
         last_health = 0.0
@@ -267,20 +286,37 @@ def serve(
                 break
             if proc.poll() is not None and lines.empty() and not reader.is_alive():
                 break
-        if proc.poll() is not None and exit_code == 0 and ready_at is None:
+        vllm_rc = proc.poll()
+        if vllm_rc is not None and exit_code == 0 and ready_at is None:
             exit_code = 1
-            echo(f"vLLM exited with code {proc.returncode} before it was ready")
+            echo(f"vLLM exited with code {vllm_rc} before it was ready")
+            failure = watcher.parser.finish().failure  # the end of the log may name what went wrong
+            if failure is not None:
+                echo(f"vLLM failed: {failure.kind}: {failure.message}")
+                echo(f"  fix: {failure.fix}")
     except _Stop as stop:
-        echo(f"received {signal.Signals(stop.signum).name}: stopping vLLM")
-        record["stopped_by"] = signal.Signals(stop.signum).name
+        name = signal.Signals(stop.signum).name
+        echo(f"received {name}: stopping vLLM")
+        record["stopped_by"] = name
+        if ready_at is None and exit_code == 0:
+            exit_code = 128 + stop.signum  # interrupted before vLLM served anything
+    except Exception as e:
+        exit_code = pf.EXIT_INTERNAL
+        record["error"] = " ".join(f"internal error: {e}".split())
+        raise
     finally:
         for signum in old_handlers:
             signal.signal(signum, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the clean-up
         leftover: list[int] = []
         if proc is not None:
+            if vllm_rc is None:
+                vllm_rc = proc.poll()  # before stop_tree reaps it: afterwards Popen cannot read the status
             known = _merge(known, guard.descendants(proc.pid))
             leftover = guard.stop_tree(proc.pid, known=known)
-            record["vllm_exit"] = proc.returncode
+            record["vllm_exit"] = vllm_rc  # None: vLLM was running and vlaunch stopped it
+            if proc.stdout is not None:
+                with contextlib.suppress(OSError):
+                    proc.stdout.close()  # the reader thread ends on it (vLLM's side is gone)
         record["leftover_pids"] = leftover
         record["exit"] = exit_code
         with contextlib.suppress(OSError):
@@ -289,7 +325,7 @@ def serve(
         record_path.write_text(json.dumps(_finish(record, watcher, time.monotonic() - t_start), indent=2))
         for signum, handler in old_handlers.items():
             signal.signal(signum, handler)
-    return RunResult(exit_code, record, log_path, record_path)
+    return RunResult(exit_code, record, log_path, record_path, error)
 
 
 def _calibrate_cpu(plan: Plan, f: logs.LogFacts, record: dict[str, Any]) -> None:

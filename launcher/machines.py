@@ -11,16 +11,15 @@ NUMA node's MemTotal (clamped by the cgroup limit) on the CPU backend — never 
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
-import subprocess
 from collections.abc import Callable
-from dataclasses import KW_ONLY, dataclass, replace
+from dataclasses import KW_ONLY, replace
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, get_args
 
 from launcher.errors import VlaunchError
+from launcher.records import dataclass
 from launcher.units import gib_to_bytes
 
 Backend = Literal["cuda", "cpu"]
@@ -130,8 +129,15 @@ CATALOG: dict[str, Machine] = {
     )
 }
 
-MACHINE_NAMES: tuple[str, ...] = (*CATALOG, "cuda", "cpu", "auto")
+MachineName = Literal[
+    "dgx-spark", "h100-80gb", "h200", "a100-80gb", "a100-40gb", "l40s", "rtx5090", "rtx4090", "rtx4080",
+    "rtx3090", "t4", "cuda", "cpu", "auto",
+]  # fmt: skip
+"""The names as a type, for profiles; the import-time check below keeps it equal to the catalog's."""
+MACHINE_NAMES: tuple[MachineName, ...] = get_args(MachineName)
 """Every name `--machine` accepts: the catalog in order, then `cuda` (needs a figure), `cpu` and `auto` (read)."""
+if (*CATALOG, "cuda", "cpu", "auto") != MACHINE_NAMES:  # pragma: no cover - a catalog edit without the type
+    raise ImportError("machines.MachineName and machines.CATALOG disagree")
 
 # nvidia-smi name → catalog name. Names are upper-cased with '-'/'_' turned into spaces first. Laptop parts share
 # the model number but not the memory, so they never match; `\bH200` keeps GH200 out.
@@ -191,7 +197,7 @@ MACHINE_ALIASES: dict[str, str] = {
     "5090": "rtx5090", "4090": "rtx4090", "4080": "rtx4080", "3090": "rtx3090",
     "rtx-5090": "rtx5090", "rtx-4090": "rtx4090", "rtx-4080": "rtx4080", "rtx-3090": "rtx3090",
 }  # fmt: skip
-"""Short names accepted where a list of machines is given (`plan --compare spark,h100,4090`)."""
+"""Short names accepted wherever a machine is named: `--machine`, `--compare spark,h100,4090`, profiles."""
 
 
 def canonical_machine_name(name: str) -> str:
@@ -211,6 +217,7 @@ def get_machine(name: str, *, gpu_memory_gib: float | None = None) -> Machine:
     `auto` is only known by `detect`.
     """
     key = name.strip().lower()
+    key = MACHINE_ALIASES.get(key, key)
     if key in CATALOG:
         machine = CATALOG[key]
         return machine if gpu_memory_gib is None else _override(machine, gpu_memory_gib)
@@ -229,6 +236,8 @@ def get_machine(name: str, *, gpu_memory_gib: float | None = None) -> Machine:
     if key == "auto":
         raise MachineError("machine 'auto' is detected on this machine; use detect() or machine_for_plan('auto')")
     prefixed = [n for n in MACHINE_NAMES if key and n.startswith(key)]
+    import difflib  # only for a name that is not in the catalog
+
     close = list(dict.fromkeys(prefixed + difflib.get_close_matches(key, MACHINE_NAMES, n=3, cutoff=0.5)))[:3]
     hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
     raise MachineError(f"unknown machine {name!r}; {hint}valid names: {', '.join(MACHINE_NAMES)}")
@@ -242,7 +251,10 @@ SYS_ROOT = Path("/sys")
 PROC_ROOT = Path("/proc")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
-Runner = Callable[..., "subprocess.CompletedProcess[str]"]
+if TYPE_CHECKING:
+    import subprocess
+
+Runner = Callable[..., "subprocess.CompletedProcess[str]"]  # subprocess.run or a fake
 
 # cgroup v1 writes "no limit" as the largest page-aligned int64 (9223372036854771712); anything this big is none.
 _NO_LIMIT = 1 << 62
@@ -456,7 +468,10 @@ def _smi_number(text: str) -> int | None:
         return None
 
 
-def _query_nvidia_smi(run: Runner) -> list[_SmiGpu] | None:
+def _query_nvidia_smi(run: Runner | None) -> list[_SmiGpu] | None:
+    import subprocess  # a plan for a named machine never asks nvidia-smi
+
+    run = run or subprocess.run
     try:
         proc = run(_SMI_QUERY, capture_output=True, text=True, timeout=5, check=False)
     except (OSError, subprocess.SubprocessError):
@@ -521,7 +536,7 @@ def _reading_for(gpu: _SmiGpu, proc_root: Path) -> tuple[Machine | None, MemoryR
     return machine, MemoryReading(total, available, source, None, None, detail)
 
 
-def read_cuda(*, run: Runner = subprocess.run, proc_root: Path = PROC_ROOT) -> list[MemoryReading] | None:
+def read_cuda(*, run: Runner | None = None, proc_root: Path = PROC_ROOT) -> list[MemoryReading] | None:
     """One reading per GPU nvidia-smi lists (no torch, no NVML bindings); None without nvidia-smi or a GPU.
 
     CUDA_VISIBLE_DEVICES is not applied: nvidia-smi lists every GPU of the machine.
@@ -535,7 +550,7 @@ def read_cuda(*, run: Runner = subprocess.run, proc_root: Path = PROC_ROOT) -> l
 def detect(
     *,
     gpu_memory_gib: float | None = None,
-    runner: Runner = subprocess.run,
+    runner: Runner | None = None,
     sys_root: Path = SYS_ROOT,
     proc_root: Path = PROC_ROOT,
     cgroup_root: Path = CGROUP_ROOT,
@@ -570,7 +585,7 @@ def machine_for_plan(
     *,
     gpu_memory_gib: float | None = None,
     live: bool = True,
-    runner: Runner = subprocess.run,
+    runner: Runner | None = None,
     sys_root: Path = SYS_ROOT,
     proc_root: Path = PROC_ROOT,
     cgroup_root: Path = CGROUP_ROOT,
@@ -581,6 +596,7 @@ def machine_for_plan(
     `live` is False: then `cpu` needs `gpu_memory_gib` and `auto` is an error.
     """
     key = name.strip().lower()
+    key = MACHINE_ALIASES.get(key, key)
     if key == "cpu" and live:
         reading = read_cpu_node(0, sys_root=sys_root, proc_root=proc_root, cgroup_root=cgroup_root)
         machine = _cpu_machine(reading, sys_root)

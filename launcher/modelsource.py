@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launcher.errors import ConfigError
+from launcher.records import dataclass
 
 if TYPE_CHECKING:
     from launcher.arch.model import Model

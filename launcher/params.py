@@ -3,10 +3,9 @@ each layer part reports (launcher.arch)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from launcher.arch.model import Model
 from launcher.arch.tensors import PARTS, Part, Role, Tensor
+from launcher.records import dataclass
 
 __all__ = ["PARTS", "ParamCount", "Part", "Role", "Tensor", "count", "tensors"]
 

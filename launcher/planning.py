@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +21,12 @@ from launcher.kv import kv_per_token
 from launcher.machines import Machine, MemoryReading, machine_for_plan
 from launcher.modelsource import ModelSource, load, read_model
 from launcher.profiles import Profile
+from launcher.records import dataclass
 from launcher.units import GiB, gib_to_bytes
 from launcher.vllm import pool as vp
 from launcher.vllm import specs
 from launcher.vllm import versions as V
+from launcher.vllm.detect import Detected, detect_version
 
 OS_RESERVE_FLOOR = 6 * GiB  # never plan a unified machine with less left to the OS and page cache
 OS_RESERVE_DEFAULT = 10 * GiB  # the lesson's assumption for a Spark planned from the catalog
@@ -45,6 +46,7 @@ class Plan:
     env: tuple[tuple[str, str], ...]
     invalid: str | None = None  # vLLM's own refusal text for impossible settings
     ranks: tuple[dict[str, Any], ...] = ()  # every rank: its stage, node, buckets and blocks
+    version_found: Detected | None = None  # how the vLLM version was found (stated, python, image, assumed)
 
     @property
     def fits(self) -> bool:
@@ -62,6 +64,8 @@ class Plan:
             "machine_total_bytes": self.machine.total_bytes,
             "machine_total_source": self.machine.source,
             "vllm_version": V.fmt_version(p.args.version),
+            "vllm_version_source": self.version_found.source if self.version_found else "stated",
+            "vllm_version_detail": self.version_found.detail if self.version_found else "",
             "format": self.spec.describe(),
             "weights_bytes": p.weights_bytes,
             "kv_bytes_per_token": p.kv_bytes_per_token,
@@ -231,13 +235,44 @@ def cpu_has_avx512_bf16() -> bool:
 def _max_len_error(shape: Model, profile: Profile, env: dict[str, str]) -> str | None:
     limit = shape.max_position_embeddings
     mml = profile.max_model_len
-    if limit and mml and mml > limit and env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") not in ("1", "true", "True"):
+    if (
+        limit
+        and isinstance(mml, int)
+        and mml > limit
+        and env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") not in ("1", "true", "True")
+    ):
         return (
             f"User-specified max_model_len ({mml}) is greater than the derived max_model_len "
             f"(max_position_embeddings={limit} or model_max_length=None in model's config.json). To allow "
             "overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1."
         )
     return None
+
+
+def known_gpus(machine: Machine, reading: MemoryReading | None) -> int | None:
+    """GPUs the box has, where that is known: a unified machine (a Spark: one GB10) or a box read by nvidia-smi.
+    A catalog discrete card names one GPU of a box whose count it does not know."""
+    if machine.backend != "cuda":
+        return None
+    if machine.unified or reading is not None:
+        return machine.gpus
+    return None
+
+
+def _gpu_count_error(profile: Profile, machine: Machine, reading: MemoryReading | None) -> str | None:
+    if profile.nodes:
+        return None  # the nodes' GPUs are counted by _placements
+    world = profile.tensor_parallel_size * profile.pipeline_parallel_size * profile.data_parallel_size
+    have = known_gpus(machine, reading)
+    if have is None or world <= have:
+        return None
+    parts = f"tensor_parallel_size {profile.tensor_parallel_size} × pipeline_parallel_size " + (
+        f"{profile.pipeline_parallel_size}"
+    )
+    if profile.data_parallel_size > 1:
+        parts += f" × data_parallel_size {profile.data_parallel_size}"
+    more = " (several Sparks: a profile with nodes:, see profiles/two-sparks-70b.yaml)" if machine.unified else ""
+    return f"{machine.name} has {have} GPU{'s' if have > 1 else ''}; {parts} needs {world}{more}"
 
 
 def _tp_error(shape: Model, tp: int) -> str | None:
@@ -254,10 +289,44 @@ def make_plan(
     cpu_rss_bytes: int | None = None,
     use_calibration: bool | None = None,
 ) -> Plan:
-    """Resolve everything a prediction needs and run it."""
+    """Resolve everything a prediction needs and run it. `max_model_len: auto` is planned at the model's length,
+    then, where one request of that does not fit the pool, at the length vLLM's auto-fit settles on."""
+    kw: dict[str, Any] = {"live": live, "free_bytes": free_bytes, "cpu_rss_bytes": cpu_rss_bytes,
+                          "use_calibration": use_calibration}  # fmt: skip
+    plan = _make_plan(profile, **kw)
+    if profile.max_model_len != "auto":
+        return plan
+    p = plan.prediction
+    if not V.AUTO_FIT_MAX_MODEL_LEN.on(p.args.version):
+        since = V.fmt_version(V.AUTO_FIT_MAX_MODEL_LEN.since)
+        why = f"vLLM {V.fmt_version(p.args.version)} takes no --max-model-len auto (vLLM {since}+)"
+        return dataclasses.replace(plan, invalid=plan.invalid or why)
+    fitted = vp.auto_fit_max_model_len(p.layout, p.args.context(), p.available_kv_bytes)
+    if fitted <= 0:
+        return plan  # not one token fits: the plan's reasons say why
+    if fitted >= p.args.max_model_len:
+        note = f"max_model_len auto: the model's {p.args.max_model_len:,} tokens fit the pool"
+        return dataclasses.replace(plan, prediction=dataclasses.replace(p, notes=(*p.notes, note)))
+    again = _make_plan(profile, mml=fitted, **kw)
+    q = again.prediction
+    note = f"max_model_len auto: vLLM reduces {p.args.max_model_len:,} to {fitted:,} tokens to fit the pool"
+    return dataclasses.replace(again, prediction=dataclasses.replace(q, notes=(*q.notes, note)))
+
+
+def _make_plan(
+    profile: Profile,
+    *,
+    live: bool = True,
+    free_bytes: int | None = None,
+    cpu_rss_bytes: int | None = None,
+    use_calibration: bool | None = None,
+    mml: int | None = None,
+) -> Plan:
     src = _config_source(profile)
     shape, found = read_model(src)
-    shape = loaded_towers(shape, profile, V.parse_version(profile.vllm.version))
+    detected = detect_version(profile.vllm, ask=live)
+    version = detected.version
+    shape = loaded_towers(shape, profile, version)
     _pool_modelled(shape, src.config_path)
     spec = _format(profile, shape, src)
     speculative = profile.speculative
@@ -269,7 +338,6 @@ def make_plan(
     per_tensor = formats.tensor_bytes(shape, spec, ts)
 
     machine, reading = machine_for_plan(profile.machine, gpu_memory_gib=profile.gpu_memory_gib, live=live)
-    version = V.parse_version(profile.vllm.version)
     platform: vp.Platform = "cpu" if machine.backend == "cpu" else "cuda"
     env = dict(profile.vllm.env)
     args = budget.resolve_engine_args(
@@ -279,7 +347,7 @@ def make_plan(
         unified=machine.unified,
         total_bytes=machine.total_bytes,
         gpu_name=machine.name,
-        max_model_len=profile.max_model_len,
+        max_model_len=mml or (None if profile.max_model_len == "auto" else profile.max_model_len),
         dtype=profile.dtype,
         kv_cache_dtype=profile.kv_cache_dtype,
         tensor_parallel_size=profile.tensor_parallel_size,
@@ -396,14 +464,43 @@ def make_plan(
             pred, fits=False, reasons=reasons or pred.reasons, failure=bad[0][1].failure, fixes=bad[0][1].fixes
         )
     ranks = _rank_table(slots, preds, worst, shape, args)
+    notes: list[str] = []
+    if profile.vllm.extra_args:  # flags passed to vLLM as written: name the memory ones vlaunch does not model
+        from launcher.vllm.flags import unmodelled_notes
+
+        notes += unmodelled_notes(profile.vllm.extra_args)
     if calibrated is not None:
-        note = f"CPU worker memory calibrated from {calibrated.runs} run(s) of vLLM {V.fmt_version(version)} here"
-        pred = dataclasses.replace(pred, notes=(*pred.notes, note))
-    invalid = _tp_error(shape, args.tensor_parallel_size) or _max_len_error(shape, profile, env)
-    hf_home = os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
-    argv, launch_env = vllm_argv(profile, pred, spec, formats.detect(shape, src.hf_quant_config), hf_cache_dir=hf_home)
+        notes.append(
+            f"CPU worker memory calibrated from {calibrated.runs} run(s) of vLLM {V.fmt_version(version)} here"
+        )
+    if detected.source == "assumed":
+        notes.append(f"vLLM version {V.fmt_version(version)} assumed: {detected.detail}")
+    if profile.machine == "auto" and machine.backend == "cpu":
+        notes.append(
+            "machine auto: no NVIDIA GPU on this box, so this plans vLLM's CPU backend here; --machine dgx-spark, "
+            "h100, rtx4090, … plans for another machine"
+        )
+    if notes:
+        pred = dataclasses.replace(pred, notes=(*pred.notes, *notes))
+    invalid = (
+        _gpu_count_error(profile, machine, reading)
+        or _tp_error(shape, args.tensor_parallel_size)
+        or _max_len_error(shape, profile, env)
+    )
+    argv, launch_env = vllm_argv(profile, pred, spec, formats.detect(shape, src.hf_quant_config))
     return Plan(
-        profile, src, shape, spec, machine, reading, pred, tuple(argv), tuple(launch_env.items()), invalid, ranks
+        profile,
+        src,
+        shape,
+        spec,
+        machine,
+        reading,
+        pred,
+        tuple(argv),
+        tuple(launch_env.items()),
+        invalid,
+        ranks,
+        detected,
     )
 
 

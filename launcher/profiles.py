@@ -9,21 +9,23 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import difflib
 import math
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
-from typing import Any, Literal, NoReturn, get_args
-
-import yaml
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, get_args
 
 from launcher.errors import FormatError, ProfileError
 from launcher.formats import ALIASES, FORMATS, FormatName, normalize_name
 from launcher.kv import KV_CACHE_DTYPES
-from launcher.units import parse_size
+from launcher.machines import MACHINE_ALIASES, MACHINE_NAMES, MachineName
+from launcher.records import dataclass
+from launcher.units import human_readable_int, parse_size
+
+if TYPE_CHECKING:
+    import yaml
 
 Dtype = Literal["auto", "bfloat16", "float16", "float32"]
 DTYPES: tuple[Dtype, ...] = get_args(Dtype)
@@ -50,81 +52,11 @@ SPECULATIVE_METHODS = (
 )  # fmt: skip
 LAUNCH_MODES: tuple[LaunchMode, ...] = get_args(LaunchMode)
 
-MachineName = Literal[
-    "dgx-spark", "h100-80gb", "h200", "a100-80gb", "a100-40gb", "l40s", "rtx5090", "rtx4090", "rtx4080",
-    "rtx3090", "t4", "cuda", "cpu", "auto",
-]  # fmt: skip
-MACHINE_NAMES: tuple[MachineName, ...] = get_args(MachineName)
-
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 
 Auto = Literal["auto"]
 
-# Help text for every field, keyed by its dotted path in the YAML; the CLI reuses it for its flags.
-FIELD_HELP: dict[str, str] = {
-    "name": "Profile name (default: the file name without .yaml).",
-    "description": "Free text shown in listings.",
-    "model": "Hugging Face repo id or local model directory (required).",
-    "config": "Explicit config.json path, when the model's own cannot be read.",
-    "quantization": "Storage format of the weights (awq, gptq, fp8, ...); default: detect from config.json.",
-    "dtype": "Activation/weight dtype: auto, bfloat16, float16 or float32.",
-    "kv_cache_dtype": "KV cache dtype as vLLM names it (auto: the model's dtype).",
-    "max_model_len": "Longest context one conversation may reach, in tokens (default: the model's).",
-    "users": "Concurrent conversations the KV cache must hold at max_model_len.",
-    "machine": "Machine preset that sets the memory figures (auto: detect).",
-    "gpu_memory_gib": "Total GPU memory in GiB, overriding the machine preset.",
-    "os_reserve_gib": "GiB kept free for the OS and other processes (auto: per machine).",
-    "gpu_memory_utilization": "Fraction of GPU memory vLLM may claim, 0 < x ≤ 1 (auto: computed).",
-    "biggest_pool": "With auto utilization, take the largest safe KV pool rather than only what users need.",
-    "tensor_parallel_size": "GPUs each layer is split across.",
-    "pipeline_parallel_size": "Pipeline stages the layers are split into.",
-    "max_num_batched_tokens": "Tokens one scheduler step may process (default: vLLM's).",
-    "max_num_seqs": "Sequences one scheduler step may hold (default: vLLM's).",
-    "enforce_eager": "Disable CUDA graphs (less memory, slower decode).",
-    "block_size": "KV cache block size in tokens (default: vLLM's).",
-    "kv_cache_memory_bytes": "Fixed KV cache size instead of a utilization fraction (e.g. 12GiB, 4G).",
-    "overhead_gib": "GiB of non-torch overhead to assume instead of the estimate.",
-    "vllm": "How vLLM is launched.",
-    "distributed_executor_backend": "mp (one node, vLLM's multiprocessing) or ray (several nodes).",
-    "enable_expert_parallel": "Split MoE experts across ranks (expert parallel) instead of sharding each expert.",
-    "language_model_only": "Serve a multimodal model as text only: vLLM skips its vision/audio encoders.",
-    "limit_mm_per_prompt": "Items per prompt by modality, e.g. {image: 0}; encoders whose modalities are all 0 "
-    "are not loaded.",
-    "speculative_config": "vLLM's speculative decoding: {method: mtp|eagle|eagle3|draft_model|ngram|…, "
-    "num_speculative_tokens: N, model: drafter}; MTP adds the checkpoint's MTP layers to weights and KV groups.",
-    "mamba_cache_dtype": "Dtype of Mamba / linear-attention conv state (auto: the model's dtype).",
-    "mamba_ssm_cache_dtype": "Dtype of the SSM / recurrent state (auto: the model's default, e.g. float32 for "
-    "Qwen3.5 and Nemotron-H).",
-    "mamba_cache_mode": "How many state blocks a request keeps: auto (align with prefix caching), none or align.",
-    "enable_prefix_caching": "Prefix caching (vLLM's default: on for generative models); turns mamba align mode on.",
-    "disable_hybrid_kv_cache_manager": "Allocate sliding-window and chunked layers like full attention (vLLM's "
-    "--disable-hybrid-kv-cache-manager).",
-    "runner": "auto, generate or pooling (embedding/reranking models: encoders keep no KV cache).",
-    "nodes": "Multi-node launch: a list of {host, role: head|worker, machine, gpus, ssh, os_reserve_gib}.",
-    "nodes.host": "Address the other nodes reach this one at (the head's is Ray's address).",
-    "nodes.role": "head (runs Ray's head and vllm serve) or worker.",
-    "nodes.machine": "This node's machine name (each node has its own memory and OS reserve).",
-    "nodes.gpus": "GPUs this node contributes.",
-    "nodes.ssh": "ssh destination for this node (default: host; loopback runs locally).",
-    "nodes.os_reserve_gib": "Memory kept for this node's OS (unified machines), or auto.",
-    "nodes.gpu_memory_gib": "Override this node's total memory per GPU.",
-    "vllm.version": "vLLM version the pool prediction follows, e.g. 0.19.0 (default: detect).",
-    "vllm.launch": "cli (the vllm executable), module (python -m vllm...) or container.",
-    "vllm.executable": "The vllm command for cli launch.",
-    "vllm.python": "Python interpreter for module launch (default: the caller's choice).",
-    "vllm.image": "Container image for container launch.",
-    "vllm.host": "Address the server listens on.",
-    "vllm.port": "Port the server listens on.",
-    "vllm.extra_args": "Further vllm serve arguments, passed through as written.",
-    "vllm.env": "Environment variables for the vLLM process.",
-    "vllm.served_model_name": "Model name the API serves (default: the model path).",
-}
-
 _VERSION = re.compile(r"^(\d+(?:\.\d+)*)(?:[.-]?(?:a|b|rc|post|dev)\d*)*(?:\+[A-Za-z0-9.]+)?$")
-_VLLM_INT = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgGtT])$")
-# vLLM's human_readable_int: lower-case suffixes are decimal, upper-case binary.
-_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
-_BINARY = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -137,6 +69,7 @@ class VllmSection:
     executable: str = "vllm"
     python: str | None = None
     image: str | None = None
+    container_name: str | None = None
     host: str = "127.0.0.1"
     port: int = 8000
     extra_args: tuple[str, ...] = ()
@@ -189,7 +122,8 @@ class Profile:
     quantization: FormatName | None = None
     dtype: Dtype = "auto"
     kv_cache_dtype: str = "auto"
-    max_model_len: int | None = None
+    revision: str | None = None
+    max_model_len: int | Auto | None = None
     users: int = 1
     machine: MachineName = "auto"
     gpu_memory_gib: float | None = None
@@ -198,6 +132,7 @@ class Profile:
     biggest_pool: bool = False
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
+    data_parallel_size: int = 1
     max_num_batched_tokens: int | None = None
     max_num_seqs: int | None = None
     enforce_eager: bool = False
@@ -256,11 +191,75 @@ class Profile:
 # ---- reading -----------------------------------------------------------------------------------------------
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader; duplicated keys are found on the composed node tree before construction."""
+# A profile's text parses to the same data every time: the data of a text read before is kept as JSON under
+# $XDG_CACHE_HOME/vlaunch/profiles (the text stored beside it and compared on reading, so a cache entry never answers
+# for another text). PyYAML's import alone is the largest single cost of a cold `vlaunch plan`; a cached profile
+# skips it. An unwritable cache is no cache.
+_CACHE_VERSION = 1
+
+
+def _cache_file(text: str) -> Path:
+    import zlib
+
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    key = f"{zlib.crc32(text.encode('utf-8', 'surrogatepass')):08x}-{len(text)}"
+    return Path(base) / "vlaunch" / "profiles" / f"{key}.json"
+
+
+def _cached_data(text: str) -> Any | None:
+    import json
+
+    try:
+        with open(_cache_file(text), encoding="utf-8") as fh:
+            entry = json.load(fh)
+    except (OSError, ValueError, UnicodeError):
+        return None
+    if isinstance(entry, dict) and entry.get("version") == _CACHE_VERSION and entry.get("text") == text:
+        return entry.get("data")
+    return None
+
+
+def _cache_data(text: str, data: Any) -> None:
+    import json
+
+    try:
+        body = json.dumps({"version": _CACHE_VERSION, "text": text, "data": data})
+        if json.loads(body)["data"] != data:
+            return  # YAML values JSON cannot hold as they are (dates, sets, tuples, non-string keys)
+        path = _cache_file(text)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(body, encoding="utf-8")
+        os.replace(tmp, path)  # readers see the old entry or the new one, never half of one
+    except (OSError, TypeError, ValueError, RecursionError):
+        pass
+
+
+def _yaml_data(text: str, source: str) -> Any:
+    """The YAML document in `text` (libyaml's loader where PyYAML has it: the same nodes, marks and errors);
+    duplicated keys are found on the composed node tree before construction."""
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _duplicate_keys(node, "", source, set())
+        return loader.construct_document(node)
+    except yaml.YAMLError as e:
+        raise _yaml_error(e, source) from None
+    except (ValueError, OverflowError) as e:  # e.g. an integer too long for int()
+        raise ProfileError(f"unreadable value: {e}", source=source) from None
+    except RecursionError:
+        raise ProfileError("YAML nested too deeply", source=source) from None
+    finally:
+        loader.dispose()
 
 
 def _duplicate_keys(node: yaml.Node, path: str, source: str, seen: set[int]) -> None:
+    import yaml
+
     if id(node) in seen:  # an alias revisiting a node (or a recursive structure)
         return
     seen.add(id(node))
@@ -286,6 +285,8 @@ def _duplicate_keys(node: yaml.Node, path: str, source: str, seen: set[int]) -> 
 
 
 def _yaml_error(e: yaml.YAMLError, source: str) -> ProfileError:
+    import yaml
+
     if isinstance(e, yaml.MarkedYAMLError):
         mark = e.problem_mark or e.context_mark
         what = ", ".join(str(p) for p in (e.context, e.problem) if p) or "invalid YAML"
@@ -296,21 +297,11 @@ def _yaml_error(e: yaml.YAMLError, source: str) -> ProfileError:
 
 def profile_from_yaml(text: str, *, source: str = "<profile>", base_dir: Path | None = None) -> Profile:
     """Parse and validate profile text. `base_dir` anchors relative paths (None: leave them as written)."""
-    loader = _Loader(text)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            raise ProfileError("empty profile; it needs at least a 'model' key", source=source)
-        _duplicate_keys(node, "", source, set())
-        data = loader.construct_document(node)
-    except yaml.YAMLError as e:
-        raise _yaml_error(e, source) from None
-    except (ValueError, OverflowError) as e:  # e.g. an integer too long for int()
-        raise ProfileError(f"unreadable value: {e}", source=source) from None
-    except RecursionError:
-        raise ProfileError("YAML nested too deeply", source=source) from None
-    finally:
-        loader.dispose()
+    data = _cached_data(text)
+    if data is None:
+        data = _yaml_data(text, source)
+        if isinstance(data, dict):
+            _cache_data(text, data)
     if data is None:
         raise ProfileError("empty profile; it needs at least a 'model' key", source=source)
     return profile_from_mapping(data, source=source, base_dir=base_dir)
@@ -343,6 +334,17 @@ def available_profiles(profiles_dir: Path) -> list[str]:
 BUNDLED_PROFILES = Path(__file__).resolve().parent / "bundled_profiles"
 
 
+# The bundled profile `make serve` and `vlaunch serve` start when no profile is named, by detected machine: the
+# Spark's container, vLLM's CPU build on a box without a GPU, and the pip-installed vLLM on any other GPU.
+DEFAULT_PROFILES: dict[str, str] = {"dgx-spark": "llama8b-32k", "cpu": "tiny-cpu"}
+DEFAULT_GPU_PROFILE = "qwen3-8b-pip"
+
+
+def default_profile_name(machine_name: str) -> str:
+    """The bundled profile for a machine (the detected one's name: dgx-spark, cpu, h100-80gb, cuda, …)."""
+    return DEFAULT_PROFILES.get(machine_name, DEFAULT_GPU_PROFILE)
+
+
 def resolve_profile_arg(arg: str, profiles_dir: Path) -> Path:
     """A profile given as a path, or as a bare name looked up as `profiles_dir/<name>.yaml`, then among the
     bundled profiles."""
@@ -356,7 +358,7 @@ def resolve_profile_arg(arg: str, profiles_dir: Path) -> Path:
     names = sorted(set(available_profiles(profiles_dir)) | set(available_profiles(BUNDLED_PROFILES)))
     if not names:
         raise ProfileError(f"no such profile file, and no profiles in {profiles_dir} or bundled", source=arg)
-    close = difflib.get_close_matches(arg.removesuffix(".yaml"), names, n=1, cutoff=0.6)
+    close = _close(arg.removesuffix(".yaml"), names, n=1, cutoff=0.6)
     hint = f"did you mean {close[0]!r}? " if close else ""
     raise ProfileError(f"no such profile file or name; {hint}available: {', '.join(names)}", source=arg)
 
@@ -401,7 +403,7 @@ def _check_keys(data: Mapping[Any, Any], known: tuple[str, ...], path: str, ctx:
     for key in data:
         if key in known:
             continue
-        close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6) if isinstance(key, str) else []
+        close = _close(str(key), known, n=1, cutoff=0.6) if isinstance(key, str) else []
         hint = f"; did you mean {close[0]!r}?" if close else ""
         ctx.fail(_join(path, str(key)), f"unknown key{hint}")
 
@@ -422,7 +424,7 @@ def _choice(v: object, path: str, ctx: _Ctx, choices: tuple[str, ...], aliases: 
             return key
         if key in aliases:
             return aliases[key]
-    close = difflib.get_close_matches(v, [*choices, *aliases], n=1, cutoff=0.6) if isinstance(v, str) else []
+    close = _close(v, [*choices, *aliases], n=1, cutoff=0.6) if isinstance(v, str) else []
     hint = f"; did you mean {close[0]!r}?" if close else ""
     ctx.fail(path, f"must be one of {', '.join(choices)}; got {_show(v)}{hint}")
 
@@ -474,15 +476,13 @@ def parse_kv_bytes(text: str) -> int:
 
     Raises ValueError. Like vLLM's human_readable_int, a binary single-letter suffix takes whole numbers only.
     """
-    m = _VLLM_INT.match(text.strip())
-    if m:
-        number, suffix = m.groups()
-        if suffix in _DECIMAL:
-            return int(float(number) * _DECIMAL[suffix])
-        if "." in number:
-            raise ValueError(f"vLLM takes no decimals with {suffix!r} (binary); write e.g. {number}{suffix}iB")
-        return int(number) * _BINARY[suffix]
-    return parse_size(text)
+    t = text.strip()
+    if t[-1:] in "KMGT" and "." in t and t[:-1].replace(".", "", 1).isdigit():
+        raise ValueError(f"vLLM takes no decimals with {t[-1]!r} (binary); write e.g. {t}iB")
+    try:
+        return human_readable_int(t)
+    except ValueError:
+        return parse_size(t)
 
 
 def _kv_bytes(v: object, path: str, ctx: _Ctx) -> Any:
@@ -511,7 +511,7 @@ def _quantization(v: object, path: str, ctx: _Ctx) -> Any:
             return normalize_name(v)
         except FormatError:
             pass
-    close = difflib.get_close_matches(v, [*FORMATS, *ALIASES], n=1, cutoff=0.6) if isinstance(v, str) else []
+    close = _close(v, [*FORMATS, *ALIASES], n=1, cutoff=0.6) if isinstance(v, str) else []
     hint = f"; did you mean {close[0]!r}?" if close else ""
     ctx.fail(path, f"must be a storage format: {', '.join(FORMATS)} (or an alias); got {_show(v)}{hint}")
 
@@ -674,22 +674,6 @@ def _speculative(v: object, path: str, ctx: _Ctx) -> Any:
     return tuple(out)
 
 
-_Check = Callable[[object, str, _Ctx], Any]
-
-_VLLM_FIELDS: dict[str, _Check] = {
-    "version": _version,
-    "launch": lambda v, p, c: _choice(v, p, c, LAUNCH_MODES),
-    "executable": lambda v, p, c: _command_path(v, p, c, optional=False),
-    "python": lambda v, p, c: _command_path(v, p, c, optional=True),
-    "image": lambda v, p, c: _str(v, p, c, optional=True),
-    "host": _str,
-    "port": lambda v, p, c: _int(v, p, c, hi=65535),
-    "extra_args": _extra_args,
-    "env": _env,
-    "served_model_name": lambda v, p, c: _str(v, p, c, optional=True),
-}
-
-
 def _vllm(v: object, path: str, ctx: _Ctx) -> Any:
     if v is None:
         return VllmSection()
@@ -697,17 +681,6 @@ def _vllm(v: object, path: str, ctx: _Ctx) -> Any:
         ctx.fail(path, f"must be a mapping, got {_show(v)}")
     _check_keys(v, tuple(_VLLM_FIELDS), path, ctx)
     return VllmSection(**{k: _VLLM_FIELDS[k](v[k], _join(path, k), ctx) for k in v})
-
-
-_NODE_FIELDS: dict[str, _Check] = {
-    "host": _str,
-    "role": lambda v, p, c: _choice(v, p, c, ("head", "worker")),
-    "machine": lambda v, p, c: _choice(v, p, c, MACHINE_NAMES),
-    "gpus": _int,
-    "ssh": lambda v, p, c: _str(v, p, c, optional=True),
-    "os_reserve_gib": lambda v, p, c: _float(v, p, c, auto=True),
-    "gpu_memory_gib": lambda v, p, c: _float(v, p, c, optional=True, positive=True),
-}
 
 
 def _nodes(v: object, path: str, ctx: _Ctx) -> Any:
@@ -732,43 +705,171 @@ def _nodes(v: object, path: str, ctx: _Ctx) -> Any:
     return tuple(nodes)
 
 
-_FIELDS: dict[str, _Check] = {
-    "name": _str,
-    "description": lambda v, p, c: _str(v, p, c, empty_ok=True),
-    "model": _model,
-    "config": _config_path,
-    "quantization": _quantization,
-    "dtype": lambda v, p, c: _choice(v, p, c, DTYPES, DTYPE_ALIASES),
-    "kv_cache_dtype": lambda v, p, c: _choice(v, p, c, KV_CACHE_DTYPES),
-    "max_model_len": lambda v, p, c: _int(v, p, c, optional=True),
-    "users": _int,
-    "machine": lambda v, p, c: _choice(v, p, c, MACHINE_NAMES),
-    "gpu_memory_gib": lambda v, p, c: _float(v, p, c, optional=True, positive=True),
-    "os_reserve_gib": lambda v, p, c: _float(v, p, c, auto=True),
-    "gpu_memory_utilization": lambda v, p, c: _float(v, p, c, auto=True, positive=True, at_most_one=True),
-    "biggest_pool": _bool,
-    "tensor_parallel_size": _int,
-    "pipeline_parallel_size": _int,
-    "max_num_batched_tokens": lambda v, p, c: _int(v, p, c, optional=True),
-    "max_num_seqs": lambda v, p, c: _int(v, p, c, optional=True),
-    "enforce_eager": _bool,
-    "block_size": _block_size,
-    "kv_cache_memory_bytes": _kv_bytes,
-    "overhead_gib": lambda v, p, c: _float(v, p, c, optional=True),
-    "distributed_executor_backend": lambda v, p, c: None if v is None else _choice(v, p, c, ("mp", "ray")),
-    "enable_expert_parallel": _bool,
-    "language_model_only": _bool,
-    "limit_mm_per_prompt": _mm_limits,
-    "speculative_config": _speculative,
-    "mamba_cache_dtype": lambda v, p, c: _choice(v, p, c, get_args(MambaDtype)),
-    "mamba_ssm_cache_dtype": lambda v, p, c: _choice(v, p, c, get_args(MambaDtype)),
-    "mamba_cache_mode": lambda v, p, c: _choice(v, p, c, get_args(MambaCacheMode)),
-    "enable_prefix_caching": lambda v, p, c: None if v is None else _bool(v, p, c),
-    "disable_hybrid_kv_cache_manager": _bool,
-    "runner": lambda v, p, c: _choice(v, p, c, get_args(Runner)),
-    "nodes": _nodes,
-    "vllm": _vllm,
-}
+_Check = Callable[[object, str, _Ctx], Any]
+
+
+def _size_int(v: object, path: str, ctx: _Ctx, *, optional: bool = False, auto: bool = False) -> Any:
+    """A token count as vLLM takes it: 8192, '8192', '32k' (32,000), '32K' (32,768), '1M'; 'auto' or -1 where
+    vLLM allows it (max_model_len: the longest that fits the memory)."""
+    if v is None and optional:
+        return None
+    if auto and (v == -1 or (isinstance(v, str) and v.strip().lower() in ("auto", "-1"))):
+        return "auto"
+    if isinstance(v, str):
+        try:
+            v = human_readable_int(v)
+        except ValueError as e:
+            ctx.fail(path, str(e))
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        ctx.fail(path, f"must be a positive whole number or a size like 32k, 32K or 1M{', or auto' if auto else ''}, "
+                 f"got {_show(v)}")  # fmt: skip
+    return v
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One profile key: its validator, its help, and the flags that set it (vLLM's spelling first; none: only the
+    YAML sets it). The CLI builds its options from this table, so a key, its check and its help live here once."""
+
+    key: str  # dotted path in the YAML: "max_model_len", "vllm.port", "nodes.host"
+    check: _Check
+    help: str
+    flags: tuple[str, ...] = ()
+    switch: Literal["", "flag", "onoff"] = ""  # flag: --x sets true; onoff: --x / --no-x
+    cli_type: Literal["str", "int", "float"] = "str"
+    metavar: str | None = None
+
+    @property
+    def dest(self) -> str:
+        """The keyword the CLI passes the value under ("vllm.port" -> "vllm_port")."""
+        return self.key.replace(".", "_")
+
+
+_F = FieldSpec
+FIELDS: tuple[FieldSpec, ...] = (
+    _F("name", _str, "Profile name (default: the file name without .yaml)."),
+    _F("description", lambda v, p, c: _str(v, p, c, empty_ok=True), "Free text shown in listings."),
+    _F("model", _model, "Hugging Face repo id or local model directory (required)."),
+    _F("config", _config_path, "A config.json to count from, when the model's own cannot be read (vLLM's "
+       "--hf-config-path).", ("--hf-config-path",), metavar="FILE"),
+    _F("revision", lambda v, p, c: _str(v, p, c, optional=True), "The model's branch, tag or commit on the Hub.",
+       ("--revision",), metavar="REV"),
+    _F("quantization", _quantization, "Storage format of the weights (bf16, fp8, awq, gptq, nvfp4, mxfp4, q4_k_m, "
+       "...); default: detected from config.json.", ("--quantization", "-q", "--format"), metavar="FORMAT"),
+    _F("dtype", lambda v, p, c: _choice(v, p, c, DTYPES, DTYPE_ALIASES),
+       "Activation/weight dtype: auto, bfloat16, float16 or float32.", ("--dtype",)),
+    _F("kv_cache_dtype", lambda v, p, c: _choice(v, p, c, KV_CACHE_DTYPES),
+       "KV cache dtype as vLLM names it: " + ", ".join(KV_CACHE_DTYPES) + " (auto: the model's dtype).",
+       ("--kv-cache-dtype",)),
+    _F("max_model_len", lambda v, p, c: _size_int(v, p, c, optional=True, auto=True),
+       "Longest context one conversation may reach, in tokens: 32768, 32k, 32K, 1M, or auto (the longest that "
+       "fits); default: the model's.", ("--max-model-len",), metavar="TOKENS"),
+    _F("users", _int, "Concurrent conversations the KV cache must hold at max_model_len.", ("--users",),
+       cli_type="int"),
+    _F("machine", lambda v, p, c: _choice(v, p, c, MACHINE_NAMES, MACHINE_ALIASES),
+       "Machine to plan for: " + ", ".join(MACHINE_NAMES) + "; aliases " + ", ".join(MACHINE_ALIASES)
+       + " (auto: this box).", ("--machine",), metavar="NAME"),
+    _F("gpu_memory_gib", lambda v, p, c: _float(v, p, c, optional=True, positive=True),
+       "Total memory per GPU in GiB, overriding the machine preset (needed for machine cuda).",
+       ("--gpu-memory-gib",), cli_type="float", metavar="GIB"),
+    _F("os_reserve_gib", lambda v, p, c: _float(v, p, c, auto=True),
+       "GiB kept free for the OS and other processes on unified memory (auto: per machine).",
+       ("--os-reserve-gib",), metavar="GIB|auto"),
+    _F("gpu_memory_utilization", lambda v, p, c: _float(v, p, c, auto=True, positive=True, at_most_one=True),
+       "Fraction of the memory vLLM may claim, 0 < x ≤ 1 (auto: computed to leave the OS reserve).",
+       ("--gpu-memory-utilization",), metavar="FRACTION|auto"),
+    _F("biggest_pool", _bool, "With auto utilization, take the largest safe KV pool rather than only what users "
+       "need.", ("--biggest-pool",), switch="flag"),
+    _F("tensor_parallel_size", _int, "GPUs each layer is split across.", ("--tensor-parallel-size", "-tp"),
+       cli_type="int"),
+    _F("pipeline_parallel_size", _int, "Pipeline stages the layers are split into.",
+       ("--pipeline-parallel-size", "-pp"), cli_type="int"),
+    _F("data_parallel_size", _int, "Replicas of the whole model (each holds its own weights and KV cache).",
+       ("--data-parallel-size", "-dp"), cli_type="int"),
+    _F("max_num_batched_tokens", lambda v, p, c: _size_int(v, p, c, optional=True),
+       "Tokens one scheduler step may process (default: vLLM's).", ("--max-num-batched-tokens",),
+       metavar="TOKENS"),
+    _F("max_num_seqs", lambda v, p, c: _int(v, p, c, optional=True),
+       "Sequences one scheduler step may hold (default: vLLM's).", ("--max-num-seqs",), cli_type="int"),
+    _F("enforce_eager", _bool, "Disable CUDA graphs (less memory, slower decode).", ("--enforce-eager",),
+       switch="flag"),
+    _F("block_size", _block_size, "KV cache block size in tokens (default: vLLM's).", ("--block-size",),
+       cli_type="int"),
+    _F("kv_cache_memory_bytes", _kv_bytes, "Fixed KV cache size instead of a utilization fraction (e.g. 12GiB, "
+       "4G, 4294967296).", ("--kv-cache-memory-bytes", "--kv-cache-memory"), metavar="SIZE"),
+    _F("overhead_gib", lambda v, p, c: _float(v, p, c, optional=True),
+       "GiB of non-torch overhead to assume instead of the estimate.", ("--overhead-gib",), cli_type="float",
+       metavar="GIB"),
+    _F("distributed_executor_backend", lambda v, p, c: None if v is None else _choice(v, p, c, ("mp", "ray")),
+       "mp (one node, vLLM's multiprocessing) or ray (several nodes).", ("--distributed-executor-backend",)),
+    _F("enable_expert_parallel", _bool, "Split MoE experts across ranks (expert parallel) instead of sharding each "
+       "expert.", ("--enable-expert-parallel", "-ep"), switch="flag"),
+    _F("language_model_only", _bool, "Serve a multimodal model as text only: vLLM skips its vision/audio encoders.",
+       ("--language-model-only",), switch="flag"),
+    _F("limit_mm_per_prompt", _mm_limits, "Items per prompt by modality, e.g. {image: 0} (flag: JSON); encoders "
+       "whose modalities are all 0 are not loaded.", ("--limit-mm-per-prompt",), metavar="JSON"),
+    _F("speculative_config", _speculative, "vLLM's speculative decoding: {method: mtp|eagle|eagle3|draft_model|"
+       "ngram|…, num_speculative_tokens: N, model: drafter} (flag: JSON); MTP adds the checkpoint's MTP layers to "
+       "weights and KV groups.", ("--speculative-config",), metavar="JSON"),
+    _F("mamba_cache_dtype", lambda v, p, c: _choice(v, p, c, get_args(MambaDtype)),
+       "Dtype of Mamba / linear-attention conv state (auto: the model's dtype).", ("--mamba-cache-dtype",)),
+    _F("mamba_ssm_cache_dtype", lambda v, p, c: _choice(v, p, c, get_args(MambaDtype)),
+       "Dtype of the SSM / recurrent state (auto: the model's default, e.g. float32 for Qwen3.5 and Nemotron-H).",
+       ("--mamba-ssm-cache-dtype",)),
+    _F("mamba_cache_mode", lambda v, p, c: _choice(v, p, c, get_args(MambaCacheMode)),
+       "How many state blocks a request keeps: auto (align with prefix caching), none or align.",
+       ("--mamba-cache-mode",)),
+    _F("enable_prefix_caching", lambda v, p, c: None if v is None else _bool(v, p, c),
+       "Prefix caching (vLLM's default: on for generative models); turns mamba align mode on.",
+       ("--enable-prefix-caching",), switch="onoff"),
+    _F("disable_hybrid_kv_cache_manager", _bool, "Allocate sliding-window and chunked layers like full attention "
+       "(vLLM's --disable-hybrid-kv-cache-manager).", ("--disable-hybrid-kv-cache-manager",), switch="flag"),
+    _F("runner", lambda v, p, c: _choice(v, p, c, get_args(Runner)),
+       "auto, generate or pooling (embedding/reranking models: encoders keep no KV cache).", ("--runner",)),
+    _F("nodes", _nodes, "Multi-node launch: a list of {host, role: head|worker, machine, gpus, ssh, "
+       "os_reserve_gib}."),
+    _F("nodes.host", _str, "Address the other nodes reach this one at (the head's is Ray's address)."),
+    _F("nodes.role", lambda v, p, c: _choice(v, p, c, ("head", "worker")),
+       "head (runs Ray's head and vllm serve) or worker."),
+    _F("nodes.machine", lambda v, p, c: _choice(v, p, c, MACHINE_NAMES, MACHINE_ALIASES),
+       "This node's machine name (each node has its own memory and OS reserve)."),
+    _F("nodes.gpus", _int, "GPUs this node contributes."),
+    _F("nodes.ssh", lambda v, p, c: _str(v, p, c, optional=True),
+       "ssh destination for this node (default: host; loopback runs locally)."),
+    _F("nodes.os_reserve_gib", lambda v, p, c: _float(v, p, c, auto=True),
+       "Memory kept for this node's OS (unified machines), or auto."),
+    _F("nodes.gpu_memory_gib", lambda v, p, c: _float(v, p, c, optional=True, positive=True),
+       "Override this node's total memory per GPU."),
+    _F("vllm", _vllm, "How vLLM is launched."),
+    _F("vllm.version", _version, "vLLM version the prediction follows, e.g. 0.11.0 (default: detected from the "
+       "launch's python or container image, else the newest vlaunch knows).", ("--vllm-version",),
+       metavar="VERSION"),
+    _F("vllm.launch", lambda v, p, c: _choice(v, p, c, LAUNCH_MODES),
+       "cli (the vllm executable), module (PYTHON -m vllm.entrypoints.openai.api_server) or container (docker).",
+       ("--launch",)),
+    _F("vllm.executable", lambda v, p, c: _command_path(v, p, c, optional=False),
+       "The vllm command for cli launch (default: vllm on PATH).", ("--vllm-executable",), metavar="PATH"),
+    _F("vllm.python", lambda v, p, c: _command_path(v, p, c, optional=True),
+       "Python interpreter that has vLLM, for module launch.", ("--python",), metavar="PATH"),
+    _F("vllm.image", lambda v, p, c: _str(v, p, c, optional=True),
+       "Container image for container launch (e.g. nvcr.io/nvidia/vllm:25.11-py3).", ("--image",)),
+    _F("vllm.container_name", lambda v, p, c: _str(v, p, c, optional=True),
+       "Name of the container (default: vlaunch-PROFILE).", ("--container-name",)),
+    _F("vllm.host", _str, "Address the server listens on (default 127.0.0.1, this box only; --host 0.0.0.0 "
+       "exposes it to the network).", ("--host",)),
+    _F("vllm.port", lambda v, p, c: _int(v, p, c, hi=65535), "Port the server listens on.", ("--port",),
+       cli_type="int"),
+    _F("vllm.extra_args", _extra_args, "Further vllm serve arguments, passed through as written."),
+    _F("vllm.env", _env, "Environment variables for the vLLM process."),
+    _F("vllm.served_model_name", lambda v, p, c: _str(v, p, c, optional=True),
+       "Model name the API serves (default: the model path).", ("--served-model-name",)),
+)  # fmt: skip
+del _F
+FIELD_HELP: dict[str, str] = {f.key: f.help for f in FIELDS}
+"""Help text for every key, by its dotted path."""
+_FIELDS: dict[str, _Check] = {f.key: f.check for f in FIELDS if "." not in f.key}
+_VLLM_FIELDS: dict[str, _Check] = {f.key[5:]: f.check for f in FIELDS if f.key.startswith("vllm.")}
+_NODE_FIELDS: dict[str, _Check] = {f.key[6:]: f.check for f in FIELDS if f.key.startswith("nodes.")}
 
 
 def profile_from_mapping(data: object, *, source: str | None = None, base_dir: Path | None = None) -> Profile:
@@ -796,3 +897,10 @@ def _raw_profile(p: Profile) -> dict[str, Any]:
     raw["limit_mm_per_prompt"] = dict(p.limit_mm_per_prompt)
     raw["speculative_config"] = dict(p.speculative_config) or None
     return raw
+
+
+def _close(word: str, choices: list[str] | tuple[str, ...], n: int, cutoff: float) -> list[str]:
+    """difflib's close matches, imported only when a name is wrong."""
+    import difflib
+
+    return difflib.get_close_matches(word, choices, n=n, cutoff=cutoff)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 from typing import Literal
 
+from launcher import units
 from launcher.budget import Prediction
 from launcher.planning import Plan
 from launcher.units import GiB, KiB, MiB
@@ -113,7 +114,7 @@ def render_plan(plan: Plan, *, bar: BarStyle | None = "ascii") -> str:
     lines = [
         f"{prof.name}: {prof.model} on {m.name} ({m.total_bytes / GiB:.2f} GiB, {kind}), "
         f"vLLM {V.fmt_version(a.version)} ({a.engine}, {a.platform})",
-        f"  {plan.spec.describe()}, max_model_len {a.max_model_len:,}, {prof.users} users, "
+        f"  {plan.spec.describe()}, max_model_len {a.max_model_len:,}, {units.users(prof.users)}, "
         f"tp {a.tensor_parallel_size}"
         + (f", pp {a.pipeline_parallel_size}" if a.pipeline_parallel_size > 1 else "")
         + f", max_num_batched_tokens {a.max_num_batched_tokens:,}, max_num_seqs {a.max_num_seqs}",
@@ -194,7 +195,7 @@ def render_plan(plan: Plan, *, bar: BarStyle | None = "ascii") -> str:
     if plan.fits and not lay.groups:
         lines.append(f"fits: yes — no KV pool; weights, activation and overhead fit in {m.total_bytes / GiB:.2f} GiB")
     elif plan.fits:
-        lines.append(f"fits: yes — {prof.users} users × {a.max_model_len:,} tokens, pool for "
+        lines.append(f"fits: yes — {units.users(prof.users)} × {a.max_model_len:,} tokens, pool for "
                      f"{p.pool.max_concurrency:.2f}")  # fmt: skip
     else:
         lines.append("fits: NO")

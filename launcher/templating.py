@@ -9,12 +9,21 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import yaml
 
 from launcher import __version__, formats
-from launcher.argv import CONTAINER_HF_CACHE, DEFAULT_IMAGE, TEMPLATES, container_argv, serve_args
+from launcher.argv import (
+    CONTAINER_HF_CACHE,
+    DEFAULT_IMAGE,
+    TEMPLATES,
+    container_argv,
+    container_name,
+    hf_cache_mounts,
+    serve_args,
+)
 from launcher.units import GiB
 
 if TYPE_CHECKING:
@@ -59,11 +68,15 @@ def systemd_text(value: object) -> str:
 
 
 def arg_groups(argv: list[str]) -> list[list[str]]:
-    """argv split into display lines: an option with the value that follows it, or a lone word."""
+    """argv split into display lines: an option with the value that follows it, or a run of plain words
+    (`docker run`, `IMAGE vllm serve MODEL`)."""
     out: list[list[str]] = []
     for tok in argv:
-        if out and out[-1][0].startswith("-") and len(out[-1]) == 1 and not tok.startswith("-"):
-            out[-1].append(tok)
+        last = out[-1] if out else None
+        if last and last[0].startswith("-") and len(last) == 1 and not tok.startswith("-"):
+            last.append(tok)  # the option's value
+        elif last and not tok.startswith("-") and not last[0].startswith("-"):
+            last.append(tok)  # another plain word: the command, its subcommand, the image, the model
         else:
             out.append([tok])
     return out
@@ -93,18 +106,16 @@ def vllm_args(plan: Plan) -> list[str]:
     return serve_args(plan.profile, plan.prediction, plan.spec, _detected(plan))
 
 
-def docker_argv(plan: Plan, *, hf_cache_dir: str | None = None) -> list[str]:
+def docker_argv(plan: Plan, *, hf_env: Mapping[str, str] | None = None) -> list[str]:
     """`docker run …` for NVIDIA's vLLM container, whatever launch mode the profile itself uses."""
-    import os
-
     v = plan.profile.vllm
-    home = hf_cache_dir or os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
     return container_argv(
         image=v.image or DEFAULT_IMAGE,
-        hf_cache_dir=home,
+        mounts=hf_cache_mounts(hf_env),
         env=list(v.env),
         model=plan.profile.model,
         vllm_args=vllm_args(plan),
+        name=v.container_name or container_name(plan.profile.name),
     )
 
 

@@ -34,6 +34,30 @@ def gib_to_bytes(value: float) -> int:
     return round(value * GiB)
 
 
+_HUMAN_INT = re.compile(r"^(\d+(?:\.\d+)?)([kKmMgGtT])$")
+# vLLM's human_readable_int (vllm/engine/arg_utils.py): a lower-case suffix is decimal, an upper-case one binary.
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": KiB, "M": MiB, "G": GiB, "T": 1 << 40}
+
+
+def human_readable_int(text: str) -> int:
+    """vLLM's sizes for --max-model-len, --max-num-batched-tokens, --kv-cache-memory-bytes: '32k' -> 32,000,
+    '32K' -> 32,768, '25.6k' -> 25,600, '1M' -> 1,048,576, '8192' -> 8,192. A binary suffix takes whole numbers
+    only (vLLM refuses '1.5K'). Raises ValueError."""
+    t = text.strip()
+    m = _HUMAN_INT.match(t)
+    if m:
+        number, suffix = m.groups()
+        if suffix in _DECIMAL:
+            return int(float(number) * _DECIMAL[suffix])
+        if "." in number:
+            raise ValueError(f"vLLM takes no decimals with {suffix!r} (binary); write e.g. {number}{suffix.lower()}")
+        return int(number) * _BINARY[suffix]
+    if not re.fullmatch(r"[0-9]+", t):
+        raise ValueError(f"not a whole number or a size like 32k, 32K or 1M: {text!r}")
+    return int(t)
+
+
 def parse_size(text: str) -> int:
     """'12GiB', '12 GB', '1.5gib', '4096' (bytes) -> bytes. Units are explicit, case-insensitive."""
     m = _SIZE.match(text)
@@ -48,3 +72,8 @@ def parse_size(text: str) -> int:
 def cdiv(a: int, b: int) -> int:
     """Ceiling division of integers (vLLM's cdiv): how many b-sized pieces cover a."""
     return -(-a // b)
+
+
+def users(n: int) -> str:
+    """`1 user`, `8 users`: a count of concurrent requests as a sentence says it."""
+    return f"{n:,} user" if n == 1 else f"{n:,} users"

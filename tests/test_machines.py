@@ -154,11 +154,11 @@ def test_get_machine_catalog_and_override() -> None:
 
 def test_get_machine_unknown_suggests() -> None:
     with pytest.raises(MachineError) as e:
-        get_machine("h100")
+        get_machine("h10")
     assert isinstance(e.value, VlaunchError)
     assert e.value.exit_code == 2
     msg = str(e.value)
-    assert "unknown machine 'h100'" in msg
+    assert "unknown machine 'h10'" in msg
     assert "did you mean 'h100-80gb' or 'h200'?" in msg
     assert "dgx-spark, h100-80gb, h200" in msg and msg.endswith("cuda, cpu, auto")
 
@@ -494,7 +494,10 @@ def test_machine_for_plan(tree: Tree) -> None:
     with pytest.raises(MachineError):
         machine_for_plan("cpu", live=False)
     with pytest.raises(MachineError, match="did you mean"):
-        machine_for_plan("rtx-4090")
+        machine_for_plan("rtx-4900")
+    # the catalog's aliases name the same machine wherever a machine is named
+    assert machine_for_plan("rtx-4090")[0] == get_machine("4090") == CATALOG["rtx4090"]
+    assert get_machine("spark") == CATALOG["dgx-spark"] and get_machine("H100").name == "h100-80gb"
 
 
 def test_machine_is_frozen() -> None:

@@ -267,7 +267,7 @@ def test_max_model_len_above_model_limit() -> None:
     [
         ("model: x/y\ngpu_memory_utilisation: 0.5\n", "gpu_memory_utilisation"),
         ("model: x/y\nusers: 0\n", "users"),
-        ("model: x/y\nmachine: h100\n", "machine"),
+        ("model: x/y\nmachine: h10\n", "machine"),
         ("model: x/y\nvllm: {port: abc}\n", "vllm.port"),
         ("users: 3\n", "model"),
     ],
@@ -328,7 +328,9 @@ def test_container_argv_from_template(tmp_path: Path) -> None:
     _, d = plan_json(str(prof))
     argv = d["vllm_argv"]
     assert argv[:2] == ["docker", "run"]
-    assert argv[argv.index("-e") + 1] == "HF_HUB_OFFLINE=1"
+    envs = [argv[i + 1] for i, a in enumerate(argv) if a == "-e"]
+    assert envs == ["HF_TOKEN", "HF_HUB_OFFLINE=1"]  # HF_TOKEN by name only: its value never enters argv
+    assert argv[argv.index("--name") + 1] == "vlaunch-c"
     assert argv[argv.index("nvcr.io/nvidia/vllm:25.11-py3") + 1 : argv.index("nvcr.io/nvidia/vllm:25.11-py3") + 4] == [
         "vllm",
         "serve",
@@ -341,4 +343,4 @@ def test_container_argv_refuses_line_breaks() -> None:
     from launcher.argv import container_argv
 
     with pytest.raises(ValueError, match="line break"):
-        container_argv(image="i", hf_cache_dir="/h", env=[], model="m", vllm_args=["--x", "a\nb"])
+        container_argv(image="i", mounts=[("/h", "/c")], env=[], model="m", vllm_args=["--x", "a\nb"], name="n")

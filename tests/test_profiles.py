@@ -61,7 +61,11 @@ def test_shipped_profile_loads(path: Path) -> None:
     p = load_profile(path)
     assert p.name == path.stem
     assert p.source == str(path)
-    assert p.vllm.version_info is not None
+    from launcher.vllm.detect import detect_version
+
+    found = detect_version(p.vllm, ask=False)
+    if p.vllm.launch == "container":  # a bundled container profile names an image whose vLLM is known
+        assert found.source in ("stated", "image"), found.detail
     json.dumps(p.to_json())
 
 
@@ -72,7 +76,7 @@ def test_shipped_values() -> None:
     )  # fmt: skip
     assert (llama.dtype, llama.quantization, llama.gpu_memory_utilization) == ("bfloat16", None, "auto")
     assert llama.vllm == VllmSection(
-        version="0.19.0", launch="container", image="nvcr.io/nvidia/vllm:25.11-py3", host="127.0.0.1", port=8000
+        launch="container", image="nvcr.io/nvidia/vllm:25.11-py3", host="127.0.0.1", port=8000
     )
     awq = load_profile(PROFILES / "llama70b-awq-32k.yaml")
     assert (awq.quantization, awq.users, awq.kv_cache_dtype) == ("awq", 4, "auto")
@@ -177,7 +181,7 @@ def test_unknown_nested_key(tmp_path: Path) -> None:
         ("model: m\nusers: true\n", "users", "got true"),
         ("model: m\nusers: '8'\n", "users", "got '8'"),
         ("model: m\nusers: 0\n", "users", "positive integer"),
-        ("model: m\nmax_model_len: 8192.0\n", "max_model_len", "positive integer"),
+        ("model: m\nmax_model_len: 8192.0\n", "max_model_len", "positive whole number"),
         ("model: m\ntensor_parallel_size: -1\n", "tensor_parallel_size", "positive integer"),
         ("model: m\ngpu_memory_utilization: 1.5\n", "gpu_memory_utilization", "at most 1"),
         ("model: m\ngpu_memory_utilization: 0\n", "gpu_memory_utilization", "greater than 0"),
@@ -336,7 +340,7 @@ def test_resolve_profile_arg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     msg = str(info.value)
     assert msg.startswith("llama8b-23k: ")
     assert "did you mean 'llama8b-32k'?" in msg
-    assert "llama70b-awq-32k, llama8b-32k, qwen3-30b-a3b-8k, tiny-cpu" in msg
+    assert "llama70b-awq-32k, llama8b-32k, qwen3-30b-a3b-8k, qwen3-8b-pip, tiny-cpu" in msg
     # an empty local directory: the bundled profiles still answer by name
     assert resolve_profile_arg("tiny-cpu", tmp_path / "empty").name == "tiny-cpu.yaml"
     with pytest.raises(ProfileError, match="available: llama70b-awq-32k"):
@@ -394,3 +398,82 @@ def test_junk_text_raises_only_profile_errors(text: str) -> None:
         profile_from_yaml(text, source="junk.yaml")
     except ProfileError as e:
         assert "\n" not in str(e)
+
+
+# ---- the parsed-profile cache ----------------------------------------------------------------------------
+
+
+def _cache_entries(tmp_path: Path) -> list[Path]:
+    import os
+
+    return sorted((Path(os.environ["XDG_CACHE_HOME"]) / "vlaunch" / "profiles").glob("*.json"))
+
+
+def test_cache_gives_the_same_profile(tmp_path: Path) -> None:
+    text = "model: org/m\nmax_model_len: 32k\nusers: 4\nvllm: {port: 8100, env: {A: '1'}}\n"
+    first = profile_from_yaml(text, source="a.yaml")
+    entries = _cache_entries(tmp_path)
+    assert len(entries) == 1
+    assert json.loads(entries[0].read_text())["text"] == text
+    again = profile_from_yaml(text, source="a.yaml")
+    assert again == first
+    assert (again.max_model_len, again.users, again.vllm.port, dict(again.vllm.env)) == (32000, 4, 8100, {"A": "1"})
+
+
+def test_cache_entry_for_another_text_is_not_used(tmp_path: Path) -> None:
+    text = "model: org/m\nusers: 2\n"
+    profile_from_yaml(text)
+    (entry,) = _cache_entries(tmp_path)
+    data = json.loads(entry.read_text())
+    data["text"] = "model: org/other\n"  # a colliding name holds another text: read the YAML instead
+    data["data"] = {"model": "org/other", "users": 9}
+    entry.write_text(json.dumps(data))
+    assert profile_from_yaml(text).users == 2
+    entry.write_text("{not json")
+    assert profile_from_yaml(text).users == 2
+
+
+def test_cache_never_hides_an_error(tmp_path: Path) -> None:
+    text = "model: a\nmodel: b\n"
+    for _ in range(2):
+        with pytest.raises(ProfileError, match="duplicated key"):
+            profile_from_yaml(text)
+    assert _cache_entries(tmp_path) == []
+    bad = "model: org/m\nusers: -3\n"  # valid YAML, invalid profile: validated on every read, cached or not
+    for _ in range(2):
+        with pytest.raises(ProfileError):
+            profile_from_yaml(bad)
+
+
+def test_unwritable_cache_is_no_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    blocker = tmp_path / "file-not-dir"
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
+    assert profile_from_yaml("model: org/m\n").model == "org/m"
+
+
+def test_yaml_values_json_cannot_hold_are_not_cached(tmp_path: Path) -> None:
+    text = "model: org/m\ndescription: 2024-01-01\n"  # YAML reads a date here
+    with pytest.raises(ProfileError):
+        profile_from_yaml(text)
+    text = "model: org/m\n1: x\n"
+    with pytest.raises(ProfileError):
+        profile_from_yaml(text)
+    assert _cache_entries(tmp_path) == []
+
+
+def test_cached_profile_needs_no_yaml(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    prof = tmp_path / "p.yaml"
+    prof.write_text("model: org/m\nmax_model_len: 8192\n")
+    code = (
+        "import sys\nfrom launcher.profiles import load_profile\n"
+        f"p = load_profile({str(prof)!r})\nassert p.max_model_len == 8192\n"
+        "print('yaml' in sys.modules)\n"
+    )
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ))
+            for _ in range(2)]  # fmt: skip
+    assert [r.stdout.strip() for r in runs] == ["True", "False"], [r.stderr for r in runs]

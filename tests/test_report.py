@@ -114,7 +114,7 @@ def test_not_fitting_plan_renders_an_overshoot(tmp_path: Path) -> None:
 
 def test_compare_draws_three_bars(tmp_path: Path) -> None:
     code, html = _html(tmp_path, "llama8b-32k", "--compare", "spark,h100,rtx4090")
-    assert code == 0  # the main plan (the Spark) fits; the 4090 does not
+    assert code == 3  # the main plan (the Spark) fits; the 4090 does not: exit 3, the page written all the same
     machines = re.findall(r'<figure class="machine" data-machine="([^"]+)"', html)
     assert machines == ["dgx-spark", "h100-80gb", "rtx4090"]
     assert html.count('data-key="overshoot"') == 1
@@ -127,7 +127,8 @@ def test_compare_draws_three_bars(tmp_path: Path) -> None:
 
 def test_compare_adds_the_main_machine_and_prints_bars() -> None:
     code, out = _plan("llama8b-32k", "--compare", "h100,4090")
-    assert code == 0
+    assert code == 3  # a compared machine does not fit
+    assert _plan("llama8b-32k", "--compare", "h100,h200")[0] == 0  # all of them fit
     assert "compare:" in out
     assert re.search(r"dgx-spark: fits.*\n  \[", out)
     assert re.search(r"rtx4090: does NOT fit.*\n  \[[#=+\-.:]+\]!+", out)
@@ -312,7 +313,7 @@ def test_systemd_unit(evil_profile: Path) -> None:
 
 def test_docker_line_for_a_cli_profile(evil_profile: Path) -> None:
     _, text = _render(str(evil_profile), "--as", "docker")
-    assert "docker \\\n    run" in text and "nvcr.io/nvidia/vllm" in text
+    assert "\ndocker run \\\n" in text and "nvcr.io/nvidia/vllm" in text
     assert shlex.quote(EVIL_MODEL) in text and "-e 'FOO=x y'" in text
 
 

@@ -23,7 +23,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
                    check=True, cwd=tmp, timeout=300)  # fmt: skip
     wheel = next(dist.glob("vlaunch-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
-    assert "launcher/templates/docker-run.j2" in names and "launcher/bundled_profiles/llama8b-32k.yaml" in names
+    assert "launcher/templates/docker-run.sh.j2" in names and "launcher/bundled_profiles/llama8b-32k.yaml" in names
     venv = tmp / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     py = venv / "bin" / "python"
@@ -58,3 +58,24 @@ def test_wheel_plans_renders_and_reports_from_anywhere(installed: Path, tmp_path
     r = run(installed, tmp_path, "profiles", "--json")
     names = {p["name"] for p in json.loads(r.stdout)["profiles"]}
     assert {"llama8b-32k", "tiny-cpu", "two-sparks-70b"} <= names
+
+
+def test_wheel_every_command_and_a_log_from_anywhere(installed: Path, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    out = subprocess.run([str(installed / "bin" / "python"), "-m", "launcher.cli", "--help"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120).stdout  # fmt: skip
+    for command in ("archs", "calibrate", "check", "count", "plan", "profiles", "ps", "render", "report", "serve"):
+        assert f"  {command} " in out, command
+    log = (
+        ROOT
+        / "tests"
+        / "fixtures"
+        / "logs"
+        / "llmd-planner-v0.19.0-meta-llama-llama-3-1-8b---h100-80gb--tp1pp1dp1--8192.log"
+    )
+    r = run(installed, tmp_path, "check", str(log), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["kv_pool_tokens"] == 476016
+    r = run(installed, tmp_path, "serve", "llama8b-32k", "--dry-run", "--skip-preflight", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["argv"][:2] == ["docker", "run"]

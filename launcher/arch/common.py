@@ -5,7 +5,6 @@ the token embedding and the output head, and assembling a Model. Pure.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from launcher.arch.config import Cfg
@@ -21,6 +20,7 @@ from launcher.arch.layers import (
 )
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, norm
+from launcher.records import dataclass
 
 # Names transformers' configs use in layer_types, mapped to vlaunch's attention kinds.
 LAYER_TYPE_NAMES: dict[str, str] = {

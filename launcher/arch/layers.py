@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from launcher.arch.tensors import Part, Tensor, conv1d, linear, norm, param
+from launcher.records import dataclass
 
 MixerKind = Literal[
     "full_attention",  # softmax attention over the whole context

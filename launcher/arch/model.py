@@ -8,7 +8,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal
 
 from launcher.arch.layers import (
@@ -21,6 +21,7 @@ from launcher.arch.layers import (
 )
 from launcher.arch.tensors import Tensor
 from launcher.arch.towers import Tower
+from launcher.records import dataclass
 
 Support = Literal["exact", "generic"]
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import pkgutil
 from types import ModuleType
 
 FAMILY_PACKAGE = "launcher.arch.families"
@@ -250,5 +249,7 @@ def load_family(name: str) -> ModuleType:
 
 def all_family_modules() -> list[str]:
     """Every family module on disk (imports none)."""
+    import pkgutil  # listing families is for `archs` and the tests, not for a plan
+
     pkg = importlib.import_module(FAMILY_PACKAGE)
     return sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_"))

@@ -6,9 +6,10 @@ shape; `part` is the bucket it is reported in. Pure data and tiny constructors, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from math import prod
 from typing import Literal
+
+from launcher.records import dataclass
 
 Part = Literal["embedding", "lm_head", "attention", "mixer", "mlp", "experts", "norms", "vision", "other"]
 Role = Literal[

@@ -7,10 +7,10 @@ tower class lives here so several families can share one (SigLIP serves Gemma 3 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from typing import ClassVar
 
 from launcher.arch.tensors import Tensor, linear, norm, param
+from launcher.records import dataclass
 
 
 class Tower(ABC):

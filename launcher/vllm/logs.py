@@ -18,11 +18,13 @@ import ast
 import contextlib
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import Enum
 from typing import IO, Any
 
 import regex as re
+
+from launcher.records import dataclass
 
 _N = r"-?[0-9][0-9,]*(?:\.[0-9]+)?"  # 34,952 / 34952 / 12.5 / 12.50 / -0.3 / -4.74 (a DGX Spark's graph memory)
 
@@ -707,6 +709,225 @@ ENGINE_INIT_FAILED = _p(
     ),
 )
 
+# --- the launch environment: docker, the GPU and its driver, the port, the model repo, the disk -----------------
+# What fails before vLLM can size anything. The docker lines are the docker CLI's (stderr of `docker run`), the GPU
+# lines torch's, the CUDA runtime's or nvidia-container-cli's, the repo lines huggingface_hub's and transformers'.
+
+DOCKER_DAEMON = _p(
+    "docker_daemon",
+    r"Cannot connect to the Docker daemon at |failed to connect to the docker API at "
+    r"|(?P<denied>permission denied) while trying to connect to the (?:Docker daemon socket|docker API) at ",
+    example="docker: Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?",
+    versions="docker CLI, all; 'docker API' wording docker 28+",
+    source="docker CLI (cli/command)",
+    keywords=("Docker daemon", "docker API"),
+    variants=(
+        "docker: permission denied while trying to connect to the Docker daemon socket at unix:///var/run/docker.sock: "
+        'Head "http://%2Fvar%2Frun%2Fdocker.sock/_ping": dial unix /var/run/docker.sock: connect: permission denied.',
+        "docker: failed to connect to the docker API at unix:///var/run/docker.sock; check if the path is correct and "
+        "if the daemon is running: dial unix /var/run/docker.sock: connect: no such file or directory",
+        "permission denied while trying to connect to the docker API at unix:///var/run/docker.sock",
+    ),
+)
+NO_GPU_RUNTIME = _p(
+    "no_gpu_runtime",
+    r'could not select device driver "[^"]*" with capabilities: \[\[gpu\]\]|unknown or invalid runtime name: nvidia',
+    example='docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].',
+    versions="docker 19.03+ (`--gpus`) without the NVIDIA Container Toolkit; '--runtime nvidia' without it",
+    source="dockerd (daemon/nvidia_linux.go)",
+    keywords=("could not select device driver", "invalid runtime name"),
+    variants=("docker: Error response from daemon: unknown or invalid runtime name: nvidia.",),
+)
+NO_CUDA_GPU = _p(
+    "no_cuda_gpu",
+    r"No CUDA GPUs are available|(?P<infer>Failed to infer device type)|Found no NVIDIA driver on your system"
+    r"|no CUDA-capable device is detected|(?P<libcuda>libcuda\.so(?:\.1)?: cannot open shared object file)"
+    r"|(?P<toolkit>nvidia-container-cli: initialization error)",
+    example="RuntimeError: No CUDA GPUs are available",
+    versions="all (torch's lazy CUDA init); 'Failed to infer device type' vLLM 0.6+ (a pydantic 'Value error, …' "
+    "from 0.10); the libcuda import warning vLLM's CUDA build on a box without the driver",
+    source="torch/cuda/__init__.py _lazy_init; c10/cuda; vllm config/device.py DeviceConfig: 'Failed to infer device "
+    "type, please set the environment variable `VLLM_LOGGING_LEVEL=DEBUG` …'; vllm _custom_ops.py; "
+    "nvidia-container-cli",
+    keywords=(
+        "No CUDA GPUs",
+        "infer device type",
+        "no NVIDIA driver",
+        "CUDA-capable device",
+        "libcuda.so",
+        "nvidia-container-cli: initialization error",
+    ),
+    variants=(
+        "(APIServer pid=1)   Value error, Failed to infer device type, please set the environment variable "
+        "`VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging to help debug the issue. [type=value_error, "
+        "input_value=ArgsKwargs((), {'device': 'auto'}), input_type=ArgsKwargs]",
+        "RuntimeError: Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU and installed "
+        "a driver from http://www.nvidia.com/Download/index.aspx",
+        "RuntimeError: CUDA error: no CUDA-capable device is detected",
+        "WARNING 04-22 09:12:01 [_custom_ops.py:20] Failed to import from vllm._C with ImportError('libcuda.so.1: "
+        "cannot open shared object file: No such file or directory')",
+        "nvidia-container-cli: initialization error: load library failed: libnvidia-ml.so.1: cannot open shared "
+        "object file: no such file or directory: unknown.",
+    ),
+)
+DRIVER_TOO_OLD = _p(
+    "driver_too_old",
+    r"NVIDIA driver on your system is too old \(found version (?P<found>\d+)\)"
+    r"|CUDA driver version is insufficient for CUDA runtime version"
+    r"|unsatisfied condition: cuda ?>= ?(?P<need>\d+(?:\.\d+)*)"
+    r"|(?P<mismatch>system has unsupported display driver / cuda driver combination)",
+    example="RuntimeError: The NVIDIA driver on your system is too old (found version 12020). Please update your GPU "
+    "driver by downloading and installing a new version from the URL: http://www.nvidia.com/Download/index.aspx "
+    "Alternatively, go to: https://pytorch.org to install a PyTorch version that has been compiled with your version "
+    "of the CUDA driver.",
+    versions="all (torch; the CUDA runtime's cudaErrorInsufficientDriver / 803; nvidia-container-cli checking an "
+    "image's NVIDIA_REQUIRE_CUDA)",
+    source="c10/cuda/CUDAFunctions.cpp; CUDA runtime error strings; nvidia-container-cli requirement check",
+    keywords=(
+        "driver on your system is too old",
+        "driver version is insufficient",
+        "unsatisfied condition",
+        "unsupported display driver",
+    ),
+    variants=(
+        "RuntimeError: CUDA error: CUDA driver version is insufficient for CUDA runtime version",
+        "nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.8, please update your driver to a "
+        "newer version, or use an earlier cuda container: unknown.",
+        "RuntimeError: Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before calling "
+        "NumCudaDevices() that might have already set an error? Error 803: system has unsupported display driver / "
+        "cuda driver combination",
+    ),
+)
+ADDRESS_IN_USE = _p(
+    "address_in_use",
+    r"\[Errno (?:98|48)\] (?:Address already in use|error while attempting to bind on address "
+    r"\((?P<addr>[^)]*?), (?P<port>\d+)(?:, \d+, \d+)?\): address already in use)"
+    r"|ZMQError: Address already in use(?: \(addr='[^']*?(?::(?P<iport>\d+))?'\))?"
+    r"|failed to bind to \S*?:(?P<iport>\d+) \(errno: 98 - Address already in use\)"
+    r"|port: (?P<iport>\d+), useIpv6: \w+, code: -98, name: EADDRINUSE",
+    example="(APIServer pid=1) OSError: [Errno 98] Address already in use",
+    versions="all: vLLM binds its API socket before the engine starts (0.6+: create_server_socket; before, uvicorn "
+    "after 'Application startup complete'); ZMQ and torch.distributed ports for the engine's own sockets",
+    source="entrypoints/launchers/launcher.py create_server_socket (sock.bind); uvicorn/server.py (asyncio "
+    "create_server); zmq; torch c10d TCPStore",
+    keywords=("Errno 98", "Errno 48", "Address already in use", "EADDRINUSE"),
+    variants=(
+        "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 8000): address already in use",
+        "OSError: [Errno 48] Address already in use",
+        "zmq.error.ZMQError: Address already in use (addr='tcp://10.0.0.2:13345')",
+        "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. "
+        "port: 29500, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use",
+        "RuntimeError: The server socket has failed to listen on any local network address. The server socket has "
+        "failed to bind to [::]:29500 (errno: 98 - Address already in use).",
+    ),
+)
+HF_GATED = _p(
+    "hf_gated",
+    r"GatedRepoError|(?:Cannot access|trying to access a) gated repo"
+    r"(?: for url \S*?huggingface\.co/(?:api/models/)?(?P<repo>[\w.-]+/[\w.-]+))?"
+    r"|Access to model (?P<repo>[\w.-]+/[\w.-]+) is restricted(?P<unlisted> and you are not in the authorized list)?",
+    example="Access to model meta-llama/Llama-3.1-8B-Instruct is restricted. You must have access to it and be "
+    "authenticated to access it. Please log in.",
+    versions="huggingface_hub 0.14+ (the server's message); transformers 4.3x+ 'You are trying to access a gated repo'",
+    source="huggingface_hub utils/_http.py hf_raise_for_status: 'Cannot access gated repo for url {url}.' + the "
+    "server's X-Error-Message; transformers utils/hub.py cached_files",
+    keywords=("GatedRepoError", "gated repo", "is restricted"),
+    variants=(
+        "huggingface_hub.errors.GatedRepoError: 401 Client Error. (Request ID: "
+        "Root=1-6808ef3a-0b7c2f1e5d3a4b6c7d8e9f01;3f1c8a2e-4b5d-4e6f-8a7b-9c0d1e2f3a4b)",
+        "Cannot access gated repo for url https://huggingface.co/meta-llama/Llama-3.1-8B-Instruct/resolve/main/"
+        "config.json.",
+        "Access to model ardent-figment/gated-model is restricted and you are not in the authorized list. Visit "
+        "https://huggingface.co/ardent-figment/gated-model to ask for access.",
+        "OSError: You are trying to access a gated repo.",
+    ),
+)
+HF_REPO_NOT_FOUND = _p(
+    "hf_repo_not_found",
+    r"\b(?P<status>40[134]) Client Error(?:: [\w ]+ for url: \S*?huggingface\.co/(?:api/models/)?"
+    r"(?P<repo>[\w.-]+/[\w.-]+))?"
+    r"|Repository Not Found for url: (?:\S*?huggingface\.co/(?:api/models/)?(?P<repo>[\w.-]+/[\w.-]+))?"
+    r"|(?P<revision>Revision Not Found for url)"
+    r"|(?P<repo>[\w./-]+) is not a local folder and is not a valid model identifier"
+    r"|(?P<invalid>Invalid repository ID or local directory specified): '(?P<repo>[^']*)'",
+    example="Repository Not Found for url: https://huggingface.co/api/models/Qwen/Qwen3-8B-Instructt/tree/main"
+    "?recursive=true&expand=false.",
+    versions="huggingface_hub all ('Repository Not Found for url'); transformers 4.x ('is not a valid model "
+    "identifier'); vLLM 0.7+ get_config ('Invalid repository ID or local directory specified', a pydantic "
+    "'Value error, …' from 0.10)",
+    source="huggingface_hub utils/_http.py hf_raise_for_status; transformers utils/hub.py; vllm "
+    "transformers_utils/config.py get_config",
+    keywords=(
+        "Client Error",
+        "Repository Not Found",
+        "Revision Not Found",
+        "valid model identifier",
+        "Invalid repository ID",
+    ),
+    variants=(
+        "huggingface_hub.errors.RepositoryNotFoundError: 404 Client Error. (Request ID: "
+        "Root=1-6808f1c2-5e3d2c1b0a9f8e7d6c5b4a39;9b8a7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d)",
+        "requests.exceptions.HTTPError: 404 Client Error: Not Found for url: "
+        "https://huggingface.co/api/models/meta-llama/Llama-2-7b-chat/revision/main",
+        "Revision Not Found for url: https://huggingface.co/api/models/Qwen/Qwen3-8B/revision/v2.",
+        "OSError: Qwen/Qwen3-8B-Instructt is not a local folder and is not a valid model identifier listed on "
+        "'https://huggingface.co/models'",
+        "(APIServer pid=1)   Value error, Invalid repository ID or local directory specified: "
+        "'Qwen/Qwen3-8B-Instructt'.",
+    ),
+)
+HF_UNREACHABLE = _p(
+    "hf_unreachable",
+    r"We couldn't connect to '(?P<endpoint>[^']+)'|(?P<offline>outgoing traffic has been disabled)"
+    r"|trying to locate the files? on the Hub"
+    r"|(?P<hint>host='huggingface\.co'|Failed to resolve 'huggingface\.co'"
+    r"|Error retrieving file list: .*?(?:name resolution|Name or service not known|Network is unreachable"
+    r"|Connection refused|timed out))",
+    example="OSError: We couldn't connect to 'https://huggingface.co' to load this file, couldn't find it in the "
+    "cached files and it looks like meta-llama/Llama-2-7b-hf is not the path to a directory containing a file named "
+    "config.json.",
+    versions="transformers 4.x ('… to load the files, and couldn't find them in the cached files' in 4.5x); "
+    "huggingface_hub LocalEntryNotFoundError all; vLLM 0.10+ 'Error retrieving file list: …, retrying 1 of 2'",
+    source="transformers utils/hub.py cached_files; huggingface_hub file_download.py, _snapshot_download.py; vllm "
+    "transformers_utils/repo_utils.py with_retry",
+    keywords=(
+        "couldn't connect to",
+        "outgoing traffic",
+        "locate the file",
+        "huggingface.co'",
+        "Error retrieving file list",
+    ),
+    variants=(
+        "huggingface_hub.errors.LocalEntryNotFoundError: Cannot find an appropriate cached snapshot folder for the "
+        "specified revision on the local disk and outgoing traffic has been disabled. To enable repo look-ups and "
+        "downloads online, set 'HF_HUB_OFFLINE=0' as environment variable.",
+        "huggingface_hub.errors.LocalEntryNotFoundError: An error happened while trying to locate the file on the Hub "
+        "and we cannot find the requested files in the local cache. Please check your connection and try again or "
+        "make sure your Internet connection is on.",
+        "(APIServer pid=1) ERROR 04-22 10:02:11 [repo_utils.py:124] Error retrieving file list: [Errno -3] Temporary "
+        "failure in name resolution, retrying 1 of 2",
+        "requests.exceptions.ConnectionError: (MaxRetryError(\"HTTPSConnectionPool(host='huggingface.co', port=443): "
+        'Max retries exceeded with url: /api/models/Qwen/Qwen3-8B (Caused by NameResolutionError("<urllib3.'
+        "connection.HTTPSConnection object at 0x7f1c2b3d4e50>: Failed to resolve 'huggingface.co' ([Errno -3] "
+        "Temporary failure in name resolution)\"))\"), '(Request ID: 4c0e5c2a-7f1b-4d3e-9a8b-6c5d4e3f2a1b)')",
+    ),
+)
+OUT_OF_DISK = _p(
+    "out_of_disk",
+    r"No space left on device(?:: '(?P<path>[^']*)')?"
+    r"|(?P<shm>failed to extend /dev/shm\S*|Error while creating shared memory segment /dev/shm\S*)",
+    example="OSError: [Errno 28] No space left on device",
+    versions="all (Python, safetensors, torch); NCCL on docker's 64 MB /dev/shm",
+    source="the OS (ENOSPC); NCCL shm transport",
+    keywords=("No space left on device", "/dev/shm"),
+    variants=(
+        "OSError: [Errno 28] No space left on device: '/root/.cache/huggingface/hub/models--Qwen--Qwen3-8B/blobs/"
+        "a6344aac8c09253b3b630fb776ae94478aa0275b.incomplete'",
+        "misc/shmutils.cc:72 NCCL WARN Error: failed to extend /dev/shm/nccl-vzIpS6 to 9637892 bytes",
+        "Error while creating shared memory segment /dev/shm/nccl-vzIpS6 (size 9637888)",
+    ),
+)
+
 # --- the registry, and what is derived from it -----------------------------------------------------------------
 
 PATTERNS: tuple[Pattern, ...] = (
@@ -722,6 +943,8 @@ PATTERNS: tuple[Pattern, ...] = (
     GATE_GPU, GATE_CPU, KV_TOO_SMALL_V1, KV_TOO_SMALL_V0, NO_KV_MEMORY, WORKER_KILLED, CUDA_OOM, SAMPLER_OOM,
     GRAPH_CAPTURE_FRAME,
     INVALID_CONFIG, ERROR_LINE, ENGINE_INIT_FAILED,
+    DOCKER_DAEMON, NO_GPU_RUNTIME, NO_CUDA_GPU, DRIVER_TOO_OLD, ADDRESS_IN_USE, HF_GATED, HF_REPO_NOT_FOUND,
+    HF_UNREACHABLE, OUT_OF_DISK,
 )  # fmt: skip
 
 
@@ -747,8 +970,9 @@ STAGE_TRIGGERS: tuple[tuple[Stage, tuple[str, ...]], ...] = stage_triggers(PATTE
 
 @dataclass
 class Failure:
-    # insufficient_free_memory | kv_too_small_for_max_model_len | no_kv_memory | worker_killed | cuda_oom |
-    # invalid_config | other
+    # memory: insufficient_free_memory | kv_too_small_for_max_model_len | no_kv_memory | worker_killed | cuda_oom;
+    # invalid_config; the launch environment: driver_too_old | no_gpu_runtime | no_cuda_gpu | docker_daemon |
+    # out_of_disk | address_in_use | repo_access; other
     kind: str
     message: str
     fix: str
@@ -763,14 +987,24 @@ class Failure:
         }
 
 
+# When a log shows several, the higher wins. The launch environment's failures rank below the memory failures (a
+# log that got as far as a memory failure got past them); among them the root cause first: a driver too old for
+# torch also leaves vLLM without a GPU platform ("Failed to infer device type").
 _FAILURE_RANK = {
-    "worker_killed": 7,
-    "insufficient_free_memory": 6,
-    "kv_too_small_for_max_model_len": 5,
-    "no_kv_memory": 5,
-    "invalid_config": 4,
-    "cuda_oom": 3,
-    "other": 1,
+    "worker_killed": 70,
+    "insufficient_free_memory": 60,
+    "kv_too_small_for_max_model_len": 50,
+    "no_kv_memory": 50,
+    "invalid_config": 40,
+    "cuda_oom": 30,
+    "driver_too_old": 29,
+    "no_gpu_runtime": 28,
+    "no_cuda_gpu": 27,
+    "docker_daemon": 26,
+    "out_of_disk": 25,
+    "address_in_use": 24,
+    "repo_access": 23,
+    "other": 10,
 }
 
 
@@ -817,6 +1051,9 @@ class LogFacts:
     api_ready: bool = False
     failure: Failure | None = None
     lines_read: int = 0
+    # a line only vLLM prints was read (a vLLM log, even one that stops before the pool line); see `vllm_line`
+    recognised: bool = False
+    source: str | None = None  # the file it was read from (`check.read_log`), for messages
     per_worker_available_kv_gib: list[float] = field(default_factory=list)
     per_worker_loading_gib: list[float] = field(default_factory=list)
     non_default_args: dict[str, Any] = field(default_factory=dict)
@@ -919,6 +1156,65 @@ def _round_util_down(x: float) -> float:
     return max(0.01, int(x * 100) / 100)
 
 
+# A line at WARNING, DEBUG or INFO level (vLLM's, uvicorn's, NCCL's, a Python warning): what it says about the
+# environment only hints at a failure; it becomes one when the launch failed without starting.
+_NOT_FATAL = re.compile(r"\b(?:WARN(?:ING)?|DEBUG|INFO)\b(?=:| \d\d-\d\d )|\bNCCL WARN\b|\b\w*Warning: ")
+_SOCKET = re.compile(r"(?:unix|tcp|npipe)://[^\s;:]+?(?=\.?(?:\s|$)|[:;])")
+
+
+@dataclass
+class _RepoAccess:
+    """What the log says about reaching the model's repo, line by line (huggingface_hub, transformers and vLLM each
+    print their own part of one failure); `failure()` names the most specific cause."""
+
+    repo: str | None = None
+    status: int | None = None  # 401 | 403 | 404
+    gated: bool = False
+    unlisted: bool = False  # gated, and the token's account is not on the authorised list
+    missing: bool = False
+    revision: bool = False
+    offline_mode: bool = False  # HF_HUB_OFFLINE is set and the files are not cached
+    unreachable: bool = False
+    invalid: bool = False  # vLLM's "Invalid repository ID or local directory specified"
+
+    def failure(self) -> Failure:
+        r = self.repo or "the model"
+        page = f"https://huggingface.co/{self.repo}" if self.repo else "the model's page on huggingface.co"
+        token = "`export HF_TOKEN=hf_…` (a token of that account; in docker `-e HF_TOKEN`)"
+        if self.gated and (self.unlisted or self.status == 403):
+            msg = f"{r} is a gated repo and the token's account is not on its authorised list (403)"
+            return Failure("repo_access", msg, f"ask for access (accept the licence) on {page}, then {token}")
+        if self.gated:
+            msg = f"{r} is a gated repo and the request had no token with access to it (401)"
+            return Failure("repo_access", msg, f"accept the licence on {page} and {token}")
+        if self.revision:
+            msg = f"the revision asked for (branch, tag or commit) does not exist in {self.repo or 'the model repo'}"
+            return Failure("repo_access", msg, "check --revision against the repo's branches and tags")
+        if self.missing and self.status == 404:
+            msg = f"Hugging Face has no repo {self.repo} (404)" if self.repo else "Hugging Face has no such repo (404)"
+            fix = "check the repo id (owner/name, as on huggingface.co), or give a local directory as the model"
+            return Failure("repo_access", msg, fix)
+        if self.offline_mode:
+            msg = f"HF_HUB_OFFLINE is set and {r} is not in the Hugging Face cache"
+            get = f"`hf download {self.repo}`" if self.repo else "`hf download REPO`"
+            return Failure("repo_access", msg, f"download it first ({get}, same HF_HOME) or give a local directory")
+        if self.unreachable:
+            msg = f"huggingface.co could not be reached and {r} is not in the local cache (offline?)"
+            fix = (
+                "HF_HUB_OFFLINE=1 with the model already in the HF cache (`hf download` where there is network, "
+                "same HF_HOME), or give a local directory as the model"
+            )
+            return Failure("repo_access", msg, fix)
+        if self.missing or self.status in (401, 403):
+            msg = f"Hugging Face refused {r} ({self.status or 'not found'}: no such repo, or a private or gated one "
+            msg += "without a token that has access)"
+            return Failure("repo_access", msg, f"check the repo id; if it is gated or private, accept the licence on "
+                           f"{page} and {token}")  # fmt: skip
+        msg = f"vLLM found no config.json for {r}: not a repo it could read, nor a local directory with one"
+        fix = "check the repo id or the path (a local directory needs config.json); a gated repo needs " + token
+        return Failure("repo_access", msg, fix)
+
+
 class LogParser:
     """Feed it lines; read `.facts`. Never raises on any input."""
 
@@ -930,6 +1226,8 @@ class LogParser:
         self._recent: deque[str] = deque(maxlen=6)
         self._error_lines: list[str] = []
         self._engine_failed = False
+        self._hints: dict[str, Failure] = {}  # the environment failures warnings hint at, by kind
+        self._repo = _RepoAccess()
 
     # -- public --
     def feed(self, line: str) -> None:
@@ -964,6 +1262,13 @@ class LogParser:
                     "one max_model_len request does not fit",
                     "lower --max-model-len, raise --gpu-memory-utilization, or --kv-cache-dtype fp8",
                 )
+        up = f.kv_pool_tokens is not None or f.num_blocks is not None or f.api_ready
+        if self._hints and not up and (f.failure is not None or self._error_lines or self._engine_failed):
+            # The launch failed: what the warnings said about the environment explains it (a driver too old for
+            # torch is a warning, then vLLM finds no platform).
+            for kind, hint in self._hints.items():
+                repo = kind == "repo_access"
+                self._fail(self._repo.failure() if repo else hint, refine=repo)
         if f.failure is None and not f.started and (self._error_lines or self._engine_failed):
             root = [e for e in self._error_lines if not ENGINE_INIT_FAILED.search(e)]
             msg = (root or self._error_lines or ["the engine core failed to start"])[-1]
@@ -990,6 +1295,8 @@ class LogParser:
 
     def _match(self, line: str, continuation: bool = False) -> None:
         f = self.facts
+        if not f.recognised:
+            f.recognised = vllm_line(line)
         if f.vllm_version is None and (m := VERSION.search(line)) and any(k in line for k in _VERSION_CONTEXT):
             f.vllm_version = m["version"]
         if m := ENGINE_CONFIG.search(line):
@@ -1227,18 +1534,173 @@ class LogParser:
             self._fail(Failure("invalid_config", (text["message"] if text else m.group(0)).strip()[:500], fix))
         if ENGINE_INIT_FAILED.search(line):
             self._engine_failed = True
-        if m := ERROR_LINE.search(line):
+        # an exception a WARNING / INFO line quotes ("… fd limit errors like `OSError: …`") is not an error
+        if (m := ERROR_LINE.search(line)) and not _NOT_FATAL.search(line, 0, m.start()):
             self._error_lines.append(m["message"].strip())
             if len(self._error_lines) > 8:
                 del self._error_lines[0]
+        self._environment(line)
 
-    def _fail(self, failure: Failure) -> None:
+    def _environment(self, line: str) -> None:
+        """Docker, the GPU and its driver, the port, the model's repo, the disk."""
+        hint = _NOT_FATAL.search(line) is not None
+        if m := DOCKER_DAEMON.search(line):
+            sock = (s.group(0) if (s := _SOCKET.search(line)) else None) or "its socket"
+            without = "or run vLLM without docker: `vllm.launch: cli` or `module`"
+            if m["denied"]:
+                msg = f"docker may not talk to the Docker daemon: permission denied on {sock}"
+                fix = f"add the user to the docker group (`sudo usermod -aG docker $USER`, log in again), {without}"
+            else:
+                msg = f"docker could not reach the Docker daemon at {sock}: is it running?"
+                fix = f"start it (`sudo systemctl start docker`), {without}"
+            self._env(Failure("docker_daemon", msg, fix), hint)
+        if m := NO_GPU_RUNTIME.search(line):
+            flag = "`--runtime nvidia`" if "runtime name" in m.group(0) else "`--gpus`"
+            self._env(
+                Failure(
+                    "no_gpu_runtime",
+                    f"docker has no NVIDIA GPU runtime: {flag} needs the NVIDIA Container Toolkit",
+                    "install nvidia-container-toolkit, then "
+                    "`sudo nvidia-ctk runtime configure --runtime=docker && sudo systemctl restart docker`",
+                ),
+                hint,
+            )
+        if m := NO_CUDA_GPU.search(line):
+            if m["infer"]:
+                msg = "vLLM found no GPU platform ('Failed to infer device type'): no NVIDIA GPU or driver is visible"
+            elif m["libcuda"]:
+                msg = "vLLM's CUDA build cannot load libcuda.so.1: no NVIDIA driver is visible"
+            elif m["toolkit"]:
+                msg = "the NVIDIA container runtime found no working NVIDIA driver on the host"
+            else:
+                msg = f"no NVIDIA GPU is visible ({m.group(0)})"
+            fix = (
+                "run on a machine with an NVIDIA GPU and driver (`nvidia-smi` lists it; in docker add `--gpus all`; "
+                "an empty CUDA_VISIBLE_DEVICES hides them), or plan for `--machine cpu` with vLLM's CPU build"
+            )
+            self._env(Failure("no_cuda_gpu", msg, fix), hint)
+        if m := DRIVER_TOO_OLD.search(line):
+            fix = (
+                "upgrade the NVIDIA driver (`nvidia-smi` shows the newest CUDA it supports), or use a vLLM image or "
+                "wheel built for that CUDA"
+            )
+            if m["found"]:
+                v = int(m["found"])
+                msg = (
+                    f"the NVIDIA driver supports CUDA {v // 1000}.{v % 1000 // 10} at most (found version {v}); this "
+                    "PyTorch was built for a newer CUDA"
+                )
+            elif m["need"]:
+                msg = f"the image needs CUDA >= {m['need']} and the host's NVIDIA driver supports an older one"
+                fix = (
+                    f"upgrade the NVIDIA driver to one for CUDA {m['need']}+, or use a vLLM image built for the CUDA "
+                    "`nvidia-smi` shows"
+                )
+            elif m["mismatch"]:
+                msg = "the CUDA driver library in use does not match the kernel's NVIDIA driver (error 803)"
+                fix += " (or drop a forward-compat libcuda from the image / LD_LIBRARY_PATH)"
+            else:
+                msg = "the NVIDIA driver is older than the CUDA runtime vLLM's PyTorch was built for"
+            self._env(Failure("driver_too_old", msg, fix), hint)
+        if m := ADDRESS_IN_USE.search(line):
+            self._env(self._address_in_use(m, line), hint)
+        if self._repo_access(line):
+            unreachable = HF_UNREACHABLE.search(line)
+            self._env(self._repo.failure(), hint or bool(unreachable and unreachable["hint"]), refine=True)
+        if m := OUT_OF_DISK.search(line):
+            path = m["path"] or (m["shm"].split()[-1] if m["shm"] else None)
+            if path and path.startswith("/dev/shm"):
+                msg = f"shared memory ran out ({path}): docker gives a container 64 MB of /dev/shm"
+                fix = "in docker add `--ipc=host` (or `--shm-size 16g`); elsewhere free /dev/shm"
+            else:
+                msg = f"the disk is full (No space left on device{': ' + path if path else ''})"
+                fix = "free disk (`df -h`), or point HF_HOME (where models download) at a disk with room"
+            self._env(Failure("out_of_disk", msg, fix), hint)
+
+    def _address_in_use(self, m: re.Match[str], line: str) -> Failure:
+        f = self.facts
+        if not m.group(0).startswith("[Errno"):  # one of the engine's own sockets (ZMQ, torch.distributed)
+            what = "ZMQ" if "ZMQError" in line else "torch.distributed"
+            p = m["iport"]
+            if p is None:
+                return Failure(
+                    "address_in_use", f"a {what} socket vLLM binds is taken", "stop the earlier vLLM (`vlaunch ps`)"
+                )
+            return Failure(
+                "address_in_use",
+                f"port {p}, which vLLM's {what} binds, is already in use",
+                f"stop what listens on {p} (ss -ltnp 'sport = :{p}'; an earlier vLLM? `vlaunch ps`), or set VLLM_PORT "
+                "to a free port",
+            )
+        port: int | None = int(m["port"]) if m["port"] else None
+        arg = f.non_default_args.get("port")
+        if port is None and isinstance(arg, int) and not isinstance(arg, bool):
+            port = arg
+        elif port is None and f.non_default_args:
+            port = 8000  # the non-default args were logged without one: vLLM's default
+        if port is None:
+            return Failure(
+                "address_in_use",
+                "vLLM's API port is already in use: another server (an earlier vLLM?) listens on it",
+                "--port with a free port, or stop what listens on vLLM's port (8000 unless --port; "
+                "ss -ltnp 'sport = :8000')",
+            )
+        return Failure(
+            "address_in_use",
+            f"port {port} is already in use: another server (an earlier vLLM?) listens on it",
+            f"--port {port + 1} or stop what listens on {port} (ss -ltnp 'sport = :{port}')",
+        )
+
+    def _repo_access(self, line: str) -> bool:
+        """Fold what the line says about the model's repo into `_repo`; whether it said anything."""
+        st = self._repo
+        said = False
+        repos: list[str] = []
+        if m := HF_GATED.search(line):
+            st.gated = said = True
+            st.unlisted = st.unlisted or bool(m["unlisted"])
+            repos.append(m["repo"] or "")
+        if (m := HF_REPO_NOT_FOUND.search(line)) and "Entry Not Found" not in line and "EntryNotFound" not in line:
+            said = True
+            if m["status"]:
+                st.status = int(m["status"])
+            if m["revision"]:
+                st.revision = True
+            elif m["invalid"]:
+                st.invalid = True
+            elif not m["status"] or (st.status == 404 and "Revision" not in line):
+                st.missing = True
+            repos.append(m["repo"] or "")
+        if m := HF_UNREACHABLE.search(line):
+            said = True
+            if m["offline"]:
+                st.offline_mode = True
+            else:
+                st.unreachable = True
+        for r in repos:
+            r = r.rstrip(".")
+            if r and st.repo is None:
+                st.repo = r
+        return said
+
+    def _env(self, failure: Failure, hint: bool, refine: bool = False) -> None:
+        """A warning only hints (see `finish`). Once vLLM is up, a repo, disk or GPU error belongs to a request, not
+        to the launch; a taken port still fails it (uvicorn binds after 'Application startup complete' before 0.6)."""
+        f = self.facts
+        if hint:
+            self._hints.setdefault(failure.kind, failure)
+        elif failure.kind == "address_in_use" or not (f.api_ready or f.init_engine_seconds is not None):
+            self._fail(failure, refine=refine)
+
+    def _fail(self, failure: Failure, refine: bool = False) -> None:
+        """Keep the highest-ranked failure; `refine`: a later line of the same failure says more."""
         cur = self.facts.failure
         better = cur is not None and cur.kind == failure.kind and failure.estimated_max_model_len is not None
         if (
             cur is None
             or _FAILURE_RANK[failure.kind] > _FAILURE_RANK[cur.kind]
             or (better and cur.estimated_max_model_len is None)
+            or (refine and cur.kind == failure.kind)
         ):
             self.facts.failure = failure
 
@@ -1295,6 +1757,21 @@ class LogParser:
 
 
 _VERSION_CONTEXT = ("vLLM", "LLM engine", "█", "▀", "api_server")
+
+# The lines that make a file a vLLM log: every pattern but the ones any program may print (a Python exception, a
+# version number, a traceback frame, torch's out-of-memory, the launch environment's failures).
+_NOT_VLLM_ONLY = (
+    VERSION, ERROR_LINE, GRAPH_CAPTURE_FRAME, INVALID_CONFIG, CUDA_OOM, DOCKER_DAEMON, NO_GPU_RUNTIME, NO_CUDA_GPU,
+    DRIVER_TOO_OLD, ADDRESS_IN_USE, HF_GATED, HF_REPO_NOT_FOUND, HF_UNREACHABLE, OUT_OF_DISK,
+)  # fmt: skip
+VLLM_ONLY: tuple[Pattern, ...] = tuple(p for p in PATTERNS if p not in _NOT_VLLM_ONLY)
+
+
+def vllm_line(line: str) -> bool:
+    """Whether vLLM printed this line: a pattern only vLLM's lines match, or its version banner."""
+    if any(p.search(line) for p in VLLM_ONLY):
+        return True
+    return VERSION.search(line) is not None and any(k in line for k in _VERSION_CONTEXT)
 
 
 def _looks_like_record_start(line: str) -> bool:

@@ -13,11 +13,13 @@ Pure integer arithmetic (floats only where vLLM itself divides in floating point
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Literal
 
+from launcher.records import dataclass
 from launcher.units import cdiv
 from launcher.vllm import versions as V
 from launcher.vllm.specs import (
@@ -283,6 +285,29 @@ def _unify_pages(specs: list[CacheSpec]) -> list[CacheSpec]:
 def blocks_per_request(lay: KVLayout, ctx: Context) -> int:
     """Blocks one max_model_len request needs: Σ over groups (kv_cache_utils.get_max_concurrency_…)."""
     return sum(g.blocks_per_request(ctx) for g in lay.groups)
+
+
+def auto_fit_max_model_len(lay: KVLayout, ctx: Context, available_bytes: int) -> int:
+    """vLLM's `--max-model-len auto` (versions.AUTO_FIT_MAX_MODEL_LEN): the longest max_model_len, up to the
+    model's, whose one request fits the pool less the block the block pool holds back as its null block (a binary
+    search, as kv_cache_utils._estimate_max_model_len_from_groups). 0 when not even one token fits."""
+    if not lay.groups:
+        return ctx.max_model_len  # attention-free: the derived length stands
+    room = available_bytes - lay.bytes_per_block  # the null block is never handed out
+
+    def fits(n: int) -> bool:
+        return blocks_per_request(lay, dataclasses.replace(ctx, max_model_len=n)) * lay.bytes_per_block <= room
+
+    if not fits(1):
+        return 0
+    lo, hi, best = 1, ctx.max_model_len, 1
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            best, lo = mid, mid + 1
+        else:
+            hi = mid - 1
+    return best
 
 
 @dataclass(frozen=True)

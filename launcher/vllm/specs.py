@@ -10,7 +10,6 @@ Pure integer arithmetic.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from math import prod
 from typing import Literal
 
@@ -26,7 +25,8 @@ from launcher.arch.layers import (
     SlidingWindowAttention,
     kv_heads_per_rank,
 )
-from launcher.kv import DTYPE_BYTES, kv_element_bytes
+from launcher.kv import DS_MLA_BYTES_PER_TOKEN, DTYPE_BYTES, kv_element_bytes
+from launcher.records import dataclass
 from launcher.units import cdiv
 from launcher.vllm import versions as V
 
@@ -135,7 +135,7 @@ class MLASpec(CacheSpec):
 
     @property
     def page_bytes(self) -> int:
-        per_token = 656 if self.ds_mla_fp8 else self.head_size * self.element_bytes
+        per_token = DS_MLA_BYTES_PER_TOKEN if self.ds_mla_fp8 else self.head_size * self.element_bytes
         return self.block_size * (per_token + self.indexer_bytes)
 
     def max_memory_bytes(self, ctx: Context) -> int:

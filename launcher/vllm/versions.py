@@ -7,9 +7,9 @@ Versions are (major, minor, patch); a version vlaunch has not seen is treated as
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from launcher.errors import ConfigError
+from launcher.records import dataclass
 
 Version = tuple[int, int, int]
 LATEST: Version = (0, 33, 0)
@@ -58,6 +58,13 @@ KV_FP8_FROM_CHECKPOINT = Rule(
 )
 TOWER_SKIP = Rule(
     "tower_skip", (0, 11, 0), "encoders whose modalities are limited to 0 are not loaded", "vllm/model_executor/models"
+)
+
+AUTO_FIT_MAX_MODEL_LEN = Rule(
+    "auto_fit_max_model_len",
+    (0, 14, 0),
+    "--max-model-len auto (or -1): the longest length one request fits in the pool, less the null block",
+    "vllm/v1/core/kv_cache_utils.py (_auto_fit_max_model_len)",
 )
 
 # --- profiling ---------------------------------------------------------------------------------------------------
@@ -149,7 +156,7 @@ RULES: tuple[Rule, ...] = (
     V1_CONTEXT_IN_BUDGET_UNTIL, CUDAGRAPH_IN_BUDGET, HYBRID_MANAGER, TOKENS_FROM_CONCURRENCY, PER_GROUP_BLOCKS,
     IN_FLIGHT_TOKENS, GROUP_SIZE_125, GROUP_SIZE_CLOSE, MAMBA_MODES, HYBRID_PREFIX_CACHING, MAMBA_ALIGN_ALWAYS,
     CHUNKED_WITH_HYBRID, HYBRID_BLOCK_ALIGN, HYBRID_ALIGN_BACKEND, CPU_BLOCK_128, CPU_MLA_BLOCK_16, CPU_DEVICE_NAME,
-    V08_POOL_LINE,
+    V08_POOL_LINE, AUTO_FIT_MAX_MODEL_LEN,
 )  # fmt: skip
 
 

@@ -6,7 +6,6 @@ and `w2` (w2 transposed), routed by `ffn.router.layer`. Heads and experts live i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from launcher.arch.common import Meta, decoder
@@ -14,6 +13,7 @@ from launcher.arch.config import Cfg
 from launcher.arch.layers import Attention, MoE
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, linear
+from launcher.records import dataclass
 
 MODEL_TYPES = ("dbrx",)
 

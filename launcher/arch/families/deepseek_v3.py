@@ -10,7 +10,6 @@ no indexer weights and no indexer cache. The shared builder here also serves GLM
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from launcher.arch.common import Meta, build, embed_head, tied
@@ -18,6 +17,7 @@ from launcher.arch.config import Cfg
 from launcher.arch.layers import MLP, DenseMLP, Indexer, Layer, MLAttention, MoE, Norm, norms, shared_experts
 from launcher.arch.model import Model
 from launcher.arch.tensors import linear
+from launcher.records import dataclass
 
 MODEL_TYPES = ("deepseek_v3", "deepseek_v2", "kimi_k2", "deepseek_v32", "glm_moe_dsa")
 

@@ -15,7 +15,7 @@ vLLM maps onto its modules; the MTP layers sit under `mtp.N.` and use sliding-wi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from launcher.arch.common import Meta, decoder
@@ -23,6 +23,7 @@ from launcher.arch.config import Cfg
 from launcher.arch.layers import Layer, Mixer, MixerKind, MoE, Norm, place, shared_experts
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, linear, norm, param
+from launcher.records import dataclass
 
 MODEL_TYPES = ("deepseek_v4",)
 

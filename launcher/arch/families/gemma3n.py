@@ -16,7 +16,6 @@ the two multimodal embedders (7.8M) are counted, although vLLM loads all of them
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from launcher.arch.common import Meta, decoder, heads, layer_types, text_config
@@ -25,6 +24,7 @@ from launcher.arch.families.gemma2 import GEMMA_NORMS
 from launcher.arch.layers import Attention, DenseMLP, Norm, SlidingWindowAttention, place
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, linear, norm, param
+from launcher.records import dataclass
 
 MODEL_TYPES = ("gemma3n_text", "gemma3n")
 

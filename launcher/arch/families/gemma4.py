@@ -14,7 +14,6 @@ embedder into the text width; its language model lives under `model.language_mod
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from launcher.arch.common import Meta, build, embed_head, heads, layer_types, text_config, tied
@@ -25,6 +24,7 @@ from launcher.arch.layers import MLP, DenseMLP, Layer, MoE, Norm, norms
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, conv1d, linear, norm, param
 from launcher.arch.towers import Tower
+from launcher.records import dataclass
 
 MODEL_TYPES = ("gemma4_text", "gemma4")
 

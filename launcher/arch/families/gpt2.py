@@ -9,7 +9,6 @@ a biased output head, GPT-2's field names and its frame of layers, embeddings an
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import Any
 
 from launcher.arch.common import Meta, decoder
@@ -17,6 +16,7 @@ from launcher.arch.config import Cfg
 from launcher.arch.layers import MLP, Attention, DenseMLP
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, linear, norm, param
+from launcher.records import dataclass
 
 MODEL_TYPES = ("gpt2", "gpt-sw3")
 

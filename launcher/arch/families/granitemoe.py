@@ -5,7 +5,6 @@ input_linear, output_linear) beside the MoE."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from launcher.arch.common import Meta, decoder
@@ -14,6 +13,7 @@ from launcher.arch.families.granite import granite_attention
 from launcher.arch.layers import MoE, shared_experts
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, linear
+from launcher.records import dataclass
 
 MODEL_TYPES = ("granitemoe", "granitemoe_swa", "granitemoeshared")
 

@@ -9,7 +9,6 @@ Checkpoints keep GraniteMoe's fused expert layout: `block_sparse_moe.input_linea
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from launcher.arch.common import Meta, build, embed_head, layer_types, tied
@@ -19,6 +18,7 @@ from launcher.arch.families.mamba2 import mamba2_mixer
 from launcher.arch.layers import MLP, DenseMLP, Layer, Mixer, MoE, norms
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, linear
+from launcher.records import dataclass
 
 MODEL_TYPES = ("granitemoehybrid",)
 

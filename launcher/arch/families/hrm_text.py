@@ -12,7 +12,6 @@ Attention is MHA with a sigmoid output gate, stored fused as `attn.gqkv_proj` ([
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from launcher.arch.common import Meta, build, embed_head, tied
@@ -20,6 +19,7 @@ from launcher.arch.config import MAX_LAYERS, Cfg
 from launcher.arch.layers import Attention, DenseMLP, Layer
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, param
+from launcher.records import dataclass
 
 MODEL_TYPES = ("hrm_text",)
 

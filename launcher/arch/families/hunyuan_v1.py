@@ -6,7 +6,6 @@ may be per-layer lists."""
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import Any
 
 from launcher.arch.common import Meta, decoder, heads
@@ -14,6 +13,7 @@ from launcher.arch.config import Cfg
 from launcher.arch.layers import MLP, Attention, DenseMLP, MoE, shared_experts
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, norm
+from launcher.records import dataclass
 
 MODEL_TYPES = ("hunyuan_v1_dense", "hunyuan_v1_moe")
 

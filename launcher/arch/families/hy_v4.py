@@ -13,7 +13,6 @@ buffer. The checkpoint's MTP layers follow the decoder layers (`model.layers.{nu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from launcher.arch.common import Meta, decoder
@@ -22,6 +21,7 @@ from launcher.arch.families.deepseek_v4 import hyper_connection
 from launcher.arch.layers import DenseMLP, Indexer, Layer, MLAttention, MoE, Norm, norms, shared_experts
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, linear, param
+from launcher.records import dataclass
 
 MODEL_TYPES = ("hy_v4",)
 

@@ -14,7 +14,7 @@ names here are transformers' InklingForCausalLM ones. MTP depths (`num_mtp_layer
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from launcher.arch.common import Meta, attention, build, embed_head
@@ -22,6 +22,7 @@ from launcher.arch.config import Cfg
 from launcher.arch.layers import MLP, Attention, DenseMLP, Layer, Norm, ShortConv, norms, place
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, conv1d, linear, param
+from launcher.records import dataclass
 
 MODEL_TYPES = ("inkling_text",)
 

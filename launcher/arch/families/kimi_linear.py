@@ -11,7 +11,6 @@ buffer), the dense layer under `mlp`; the output head is never tied to the embed
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from launcher.arch.common import Meta, decoder
@@ -19,6 +18,7 @@ from launcher.arch.config import Cfg
 from launcher.arch.layers import MLP, DenseMLP, GatedDeltaNet, Mixer, MLAttention, MoE, place, shared_experts
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, conv1d, linear, norm, param
+from launcher.records import dataclass
 
 MODEL_TYPES = ("kimi_linear",)
 

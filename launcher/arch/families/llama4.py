@@ -16,7 +16,6 @@ off (EAGLE speculative decoding, VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CA
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from launcher.arch.common import Meta, attention, decoder, heads, layer_types, text_config
@@ -25,6 +24,7 @@ from launcher.arch.layers import DenseMLP, MoE, shared_experts
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, linear, norm, param
 from launcher.arch.towers import Tower
+from launcher.records import dataclass
 
 MODEL_TYPES = ("llama4_text", "llama4")
 

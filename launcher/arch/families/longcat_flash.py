@@ -12,7 +12,6 @@ layer under `model.mtp` (vLLM's longcat_flash_mtp), which transformers does not 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from launcher.arch.common import Meta, build, embed_head, tied
@@ -20,6 +19,7 @@ from launcher.arch.config import Cfg
 from launcher.arch.layers import DenseMLP, Layer, MLAttention, MoE, Norm, place
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, linear
+from launcher.records import dataclass
 
 MODEL_TYPES = ("longcat_flash",)
 

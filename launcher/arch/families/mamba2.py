@@ -8,7 +8,6 @@ read, which widens the conv state. The hybrid families (Nemotron-H, Granite 4.0,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from launcher.arch.common import Meta
@@ -16,6 +15,7 @@ from launcher.arch.config import Cfg
 from launcher.arch.families.mamba import backbone
 from launcher.arch.layers import Mamba2
 from launcher.arch.model import Model
+from launcher.records import dataclass
 
 MODEL_TYPES = ("mamba2",)
 

@@ -9,7 +9,6 @@ elements instead of the latent's kv_lora_rank + rope.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from launcher.arch.common import Meta, decoder
@@ -17,6 +16,7 @@ from launcher.arch.config import Cfg
 from launcher.arch.families.deepseek_v3 import mla
 from launcher.arch.layers import DenseMLP, MLAttention, kv_heads_per_rank
 from launcher.arch.model import Model
+from launcher.records import dataclass
 
 MODEL_TYPES = ("minicpm3",)
 

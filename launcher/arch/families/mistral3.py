@@ -12,7 +12,6 @@ config that sets the two differently transformers' whole-model count omits the l
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import Any
 
 from launcher.arch.common import Meta, text_config
@@ -21,6 +20,7 @@ from launcher.arch.families import ministral3, mistral
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, linear, norm
 from launcher.arch.towers import Tower
+from launcher.records import dataclass
 
 MODEL_TYPES = ("mistral3",)
 

@@ -10,7 +10,6 @@ at `moe_latent_size` between two projections. Puzzle checkpoints vary blocks per
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from launcher.arch.common import Meta, attention, heads
@@ -20,6 +19,7 @@ from launcher.arch.families.mamba2 import mamba2_mixer
 from launcher.arch.layers import MLP, DenseMLP, Layer, Mixer, MoE, Norm, shared_experts
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, linear
+from launcher.records import dataclass
 
 MODEL_TYPES = ("nemotron_h",)
 

@@ -8,7 +8,6 @@ stores the conv over q, k and v as three convs without bias; released checkpoint
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from launcher.arch.common import Meta, build, embed_head, heads, layer_types, tied
@@ -16,6 +15,7 @@ from launcher.arch.config import Cfg
 from launcher.arch.layers import Attention, DenseMLP, GatedDeltaNet, Layer, Mixer, norms
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, conv1d, linear, norm, param
+from launcher.records import dataclass
 
 MODEL_TYPES = ("olmo_hybrid",)
 

@@ -7,7 +7,7 @@ vision_config, which transformers moves into text_config. Checkpoints keep the p
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from launcher.arch.common import Meta, attention, decoder, text_config
@@ -17,6 +17,7 @@ from launcher.arch.layers import DenseMLP
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, linear, norm
 from launcher.arch.towers import Tower
+from launcher.records import dataclass
 
 MODEL_TYPES = ("qwen2_5_vl",)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from launcher.arch.common import Meta, decoder, heads, layer_types
@@ -19,6 +18,7 @@ from launcher.arch.config import Cfg
 from launcher.arch.layers import MLP, Attention, DenseMLP, GatedDeltaNet, Layer, Mixer, MoE, Norm, norms, shared_experts
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, linear, norm
+from launcher.records import dataclass
 
 MODEL_TYPES = ("qwen3_next",)
 

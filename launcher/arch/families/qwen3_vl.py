@@ -10,7 +10,6 @@ store them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from launcher.arch.common import Meta, decoder, text_config
@@ -20,6 +19,7 @@ from launcher.arch.families.qwen2_5_vl import Qwen25Vision, vit_block, vit_geome
 from launcher.arch.families.qwen3 import qwen3_mlps
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, linear, norm, param
+from launcher.records import dataclass
 
 MODEL_TYPES = ("qwen3_vl", "qwen3_vl_moe")
 

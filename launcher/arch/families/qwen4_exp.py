@@ -14,7 +14,6 @@ vLLM then serves the attention layers without an indexer, as read here.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import Any
 
 from launcher.arch.common import Meta, build, embed_head, text_config, tied
@@ -32,6 +31,7 @@ from launcher.arch.layers import MLP, Attention, Layer, Mixer, MixerKind
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, conv1d, linear, norm
 from launcher.arch.towers import Tower
+from launcher.records import dataclass
 
 MODEL_TYPES = ("qwen4_exp", "qwen4_exp_text")
 

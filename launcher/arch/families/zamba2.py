@@ -16,7 +16,6 @@ each holding the adapter slots of every hybrid layer of its block id. vLLM share
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from launcher.arch.common import Meta, build, embed_head, tied
@@ -25,6 +24,7 @@ from launcher.arch.families.mamba2 import Mamba2Mixer
 from launcher.arch.layers import Attention, DenseMLP, Layer, Mixer, Norm
 from launcher.arch.model import Model
 from launcher.arch.tensors import Tensor, linear
+from launcher.records import dataclass
 
 MODEL_TYPES = ("zamba2",)
 
