@@ -246,16 +246,19 @@ def build_profile(profile: str | None, flags: dict[str, Any], command: tuple[str
 
     from launcher.planning import profile_from_flags
     from launcher.profiles import FIELDS, load_profile, resolve_profile_arg
-    from launcher.vllm.flags import Parsed, parse_command, read_serve_config
 
     values = {k: v for k, v in flags.items() if v is not None}
-    layers: list[Parsed] = []
+    layers: list[Any] = []  # vllm.flags.Parsed, imported only when there is a command or a serve YAML to read
     if command:
+        from launcher.vllm.flags import parse_command
+
         layers.append(parse_command(command))
     serve_config = values.pop("serve_config", None) or next(
         (x.values.get("serve_config") for x in layers if x.values.get("serve_config")), None
     )
     if serve_config:
+        from launcher.vllm.flags import read_serve_config
+
         from_file, hf_config = read_serve_config(serve_config)
         if hf_config:
             values.setdefault("config", hf_config)

@@ -337,9 +337,7 @@ def test_default_profile_without_gpu(no_gpu: None) -> None:
     assert run("profiles", "--default").output.strip() == "tiny-cpu"
 
 
-def test_serve_without_profile_takes_the_default(
-    no_gpu: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_serve_without_profile_takes_the_default(no_gpu: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # tiny-cpu's model is .cache/tiny-llama under the working directory (`make vllm-cpu` builds it there): a fresh
     # clone has none before `make serve`, so the test lays its config.json in a directory of its own
     model = tmp_path / ".cache" / "tiny-llama"
