@@ -121,6 +121,7 @@ class Comparison:
     explanation: str
     notes: tuple[str, ...] = field(default=())
     warnings: tuple[str, ...] = field(default=())  # the plan and the log disagree on a fact (the vLLM version)
+    at_logged_total: AtLoggedTotal | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -129,7 +130,89 @@ class Comparison:
             "explanation": self.explanation,
             "notes": list(self.notes),
             "warnings": list(self.warnings),
+            "at_logged_total": None if self.at_logged_total is None else self.at_logged_total.to_json(),
         }
+
+
+@dataclass(frozen=True)
+class AtLoggedTotal:
+    """The plan made again at the total memory vLLM logged, when that is not the total the plan read.
+
+    Memory that moved between the plan and the launch (a VM's hot-added RAM, another process on a GPU's total) is
+    an input that changed, not an error of the model: `error` is the model's, at the total vLLM saw; `raw_error`
+    the plan's as it was, of which `drift_bytes` is the explanation."""
+
+    planned_total_bytes: int
+    logged_total_bytes: int
+    kv_pool_tokens: int
+    """The pool predicted at vLLM's total."""
+    logged_kv_pool_tokens: int
+    raw_kv_pool_tokens: int
+    """The pool the plan predicted at its own total."""
+
+    @property
+    def drift_bytes(self) -> int:
+        return self.logged_total_bytes - self.planned_total_bytes
+
+    @property
+    def error(self) -> float:
+        return (self.kv_pool_tokens - self.logged_kv_pool_tokens) / self.logged_kv_pool_tokens
+
+    @property
+    def raw_error(self) -> float:
+        return (self.raw_kv_pool_tokens - self.logged_kv_pool_tokens) / self.logged_kv_pool_tokens
+
+    def note(self, unified: bool) -> str:
+        moved = (
+            "memory was added to or taken from this machine between the plan and the launch (a VM's hot-plug; a "
+            "DGX Spark's total does not move)"
+            if unified
+            else "the GPU's total is not the catalog's: give --gpu-memory-gib or plan on the box itself"
+        )
+        return (
+            f"the total moved: the plan read {self.planned_total_bytes / GiB:.2f} GiB, vLLM "
+            f"{self.logged_total_bytes / GiB:.2f} GiB ({self.drift_bytes / GiB:+.2f} GiB): {moved}. Planned again "
+            f"at vLLM's total: pool {self.kv_pool_tokens:,} tokens, {100 * self.error:+.2f}% off the log; the raw "
+            f"{100 * self.raw_error:+.2f}% is the drift's"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "planned_total_bytes": self.planned_total_bytes,
+            "logged_total_bytes": self.logged_total_bytes,
+            "drift_bytes": self.drift_bytes,
+            "kv_pool_tokens": self.kv_pool_tokens,
+            "logged_kv_pool_tokens": self.logged_kv_pool_tokens,
+            "raw_kv_pool_tokens": self.raw_kv_pool_tokens,
+            "error": round(self.error, 6),
+            "raw_error": round(self.raw_error, 6),
+        }
+
+
+def at_logged_total(plan: Plan, f: LogFacts) -> AtLoggedTotal | None:
+    """The plan again at the total vLLM logged (and the utilization it ran with), when the totals differ."""
+    from launcher.planning import make_plan
+
+    if f.total_memory_gib is None or not f.kv_pool_tokens or plan.prediction.args.kv_cache_memory_bytes:
+        return None  # an explicit pool does not depend on the total
+    logged_total = round(f.total_memory_gib * GiB)
+    if abs(logged_total - plan.machine.total_bytes) <= 0.01 * GiB:  # the log rounds to 0.01 GiB
+        return None
+    util = f.gpu_memory_utilization if f.gpu_memory_utilization is not None else plan.prediction.gpu_memory_utilization
+    try:
+        again = make_plan(
+            plan.profile.with_overrides(gpu_memory_gib=f.total_memory_gib, gpu_memory_utilization=float(util)),
+            free_bytes=None,
+        )
+    except VlaunchError:
+        return None
+    return AtLoggedTotal(
+        plan.machine.total_bytes,
+        logged_total,
+        again.prediction.pool.tokens,
+        f.kv_pool_tokens,
+        plan.prediction.pool.tokens,
+    )
 
 
 def _g(b: int) -> float:
@@ -182,9 +265,12 @@ def compare(plan: Plan, f: LogFacts) -> Comparison:
     cpu = p.args.platform == "cpu"
     rows: list[Row] = []
     notes: list[str] = []
+    moved = at_logged_total(plan, f)
     if f.total_memory_gib is not None:
         rows.append(Row("total_memory", _g(plan.machine.total_bytes), f.total_memory_gib, "GiB"))
-        if abs(plan.machine.total_bytes / GiB - f.total_memory_gib) > 0.01:
+        if moved is not None:
+            notes.append(moved.note(plan.machine.unified))
+        elif abs(plan.machine.total_bytes / GiB - f.total_memory_gib) > 0.01:
             notes.append(
                 f"vLLM saw {f.total_memory_gib} GiB of total memory; "
                 f"the plan assumed {plan.machine.total_bytes / GiB:.2f}"
@@ -241,7 +327,7 @@ def compare(plan: Plan, f: LogFacts) -> Comparison:
         else:
             explanation = f"{worst.bucket} is the largest difference ({d:+.2f} GiB)"
     warning = version_warning(plan, f)
-    return Comparison(tuple(rows), explained_by, explanation, tuple(notes), (warning,) if warning else ())
+    return Comparison(tuple(rows), explained_by, explanation, tuple(notes), (warning,) if warning else (), moved)
 
 
 def render_facts(f: LogFacts) -> str:

@@ -546,17 +546,7 @@ def serve(
     if free is None and not p.nodes:
         free = guard.live_free_bytes(p.machine)  # the start-up check against what is free right now
     result = make_plan(p, free_bytes=free)
-    holder = guard.read_holder()
-    foreign = [i for i in guard.scan() if i.role in ("server", "engine")]
-    verdict = "free"
-    if holder is not None:
-        verdict = guard.refusal(holder)
-    elif foreign:
-        shown = "; ".join(
-            f"pid {i.pid} ({i.role}, {i.rss_bytes / 2**30:.2f} GiB): {' '.join(i.cmdline.split())[:80]}"
-            for i in foreign[:4]
-        )
-        verdict = f"vLLM processes already run on this box: {shown}; stop them with `vlaunch stop PID`"
+    verdict = guard.verdict()
     # several nodes run pre-flight on the head only (cluster.preflight checks every node)
     checked = not skip_preflight and (not p.nodes or cluster.is_local(cluster.head(p)))
     findings = pf.preflight(result) if dry_run and checked else None
@@ -668,14 +658,19 @@ def ps(as_json: bool) -> None:
     if not instances:
         click.echo("no vLLM processes on this box")
     for i in instances:
-        click.echo(f"{i.pid:>8}  {i.role:<8} {i.rss_bytes / 2**30:6.2f} GiB  {' '.join(i.cmdline.split())[:100]}")
+        left = f"  [orphan of run {i.orphan_of}]" if i.orphan else ""
+        click.echo(f"{i.pid:>8}  {i.role:<8} {i.rss_bytes / 2**30:6.2f} GiB  {' '.join(i.cmdline.split())[:100]}{left}")
+    if any(i.orphan for i in instances):
+        click.echo("orphans: left by a vlaunch serve that is gone; `vlaunch stop --orphans` stops them")
 
 
 @main.command()
 @click.argument("target", required=False)
 @click.option("--timeout", default=30.0, show_default=True, help="Seconds to wait before killing.")
-def stop(target: str | None, timeout: float) -> None:
-    """Stop a vLLM server: by profile name, by pid, or the one vlaunch is running when none is given."""
+@click.option("--orphans", is_flag=True, help="Stop every vLLM process left by a vlaunch serve that is gone.")
+def stop(target: str | None, timeout: float, orphans: bool) -> None:
+    """Stop a vLLM server: by profile name, by pid, or the one vlaunch is running when none is given;
+    --orphans: the vLLM processes a `vlaunch serve` that died left running (`vlaunch ps` marks them)."""
     import os
     import signal as sig
     import time
@@ -683,6 +678,17 @@ def stop(target: str | None, timeout: float) -> None:
     from launcher import guard
     from launcher.errors import VlaunchError
 
+    if orphans:
+        if target is not None:
+            raise click.UsageError("--orphans stops every orphan; it takes no TARGET")
+        stopped, left = guard.stop_orphans(timeout)
+        if not stopped:
+            click.echo("no orphaned vLLM processes on this box")
+            return
+        click.echo(f"stopped {len(stopped)} orphaned process(es): {', '.join(map(str, stopped))}")
+        if left:
+            raise VlaunchError(f"still alive: {', '.join(map(str, left))}")
+        return
     holder = guard.read_holder()
     pid: int | None = None
     if target is None or (holder and target in (holder.get("profile"), str(holder.get("pid")))):

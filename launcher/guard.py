@@ -136,6 +136,18 @@ class Instance:
     rss_bytes: int
     started: float
     gpu_bytes: int | None = None
+    orphan_of: str | None = None
+    """For a process a `vlaunch serve` started and that outlived it: that run's id (its log's name)."""
+
+    @property
+    def orphan(self) -> bool:
+        return self.orphan_of is not None
+
+    def shown(self, width: int = 80) -> str:
+        """`pid N (role, X GiB): command line` with the command line's padding folded."""
+        left = f", left behind by run {self.orphan_of}" if self.orphan_of else ""
+        cmd = " ".join(self.cmdline.split())[:width]
+        return f"pid {self.pid} ({self.role}, {self.rss_bytes / 2**30:.2f} GiB{left}): {cmd}"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -145,6 +157,8 @@ class Instance:
             "rss_bytes": self.rss_bytes,
             "started": self.started,
             "gpu_bytes": self.gpu_bytes,
+            "orphan": self.orphan,
+            "orphan_of": self.orphan_of,
         }
 
 
@@ -164,8 +178,11 @@ def _role(cmd: list[str]) -> str | None:
 
 def scan(exclude: set[int] | None = None) -> list[Instance]:
     """vLLM processes running on this box, whoever started them."""
+    from launcher import supervise
+
     me = {os.getpid()} | (exclude or set())
     gpu = gpu_memory_by_pid()
+    orphans = supervise.find_orphans()
     out = []
     for p in psutil.process_iter(["pid", "cmdline", "create_time", "memory_info"]):
         try:
@@ -181,11 +198,35 @@ def scan(exclude: set[int] | None = None) -> list[Instance]:
                     p.info["memory_info"].rss if p.info["memory_info"] else 0,
                     p.info["create_time"] or 0.0,
                     gpu.get(p.info["pid"]),
+                    orphans[p.info["pid"]][0] or "?" if p.info["pid"] in orphans else None,
                 )
             )
         except (psutil.Error, TypeError):
             continue
     return sorted(out, key=lambda i: i.pid)
+
+
+def verdict() -> str:
+    """May a new vLLM start on this box: "free", or why not (one line, with how to stop what holds it)."""
+    holder = read_holder()
+    if holder is not None:
+        return refusal(holder)
+    running = [i for i in scan() if i.role in ("server", "engine")]
+    if not running:
+        return "free"
+    shown = "; ".join(i.shown() for i in running[:4])
+    how = "stop them with `vlaunch stop PID`"
+    if any(i.orphan for i in running):
+        how = "they outlived the vlaunch that started them: `vlaunch stop --orphans` stops them"
+    return f"vLLM processes already run on this box: {shown}; {how}"
+
+
+def stop_orphans(timeout: float = 20.0) -> tuple[list[int], list[int]]:
+    """Stop every process a gone `vlaunch serve` left behind: (stopped, still alive)."""
+    from launcher import supervise
+
+    pids = sorted(supervise.find_orphans())
+    return pids, (supervise.stop_pids(pids, grace=timeout) if pids else [])
 
 
 def _tree_rss(pid: int) -> int:

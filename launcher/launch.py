@@ -15,6 +15,7 @@ import queue
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -28,6 +29,7 @@ import psutil
 
 from launcher import calibration, guard
 from launcher import preflight as pf
+from launcher import supervise as sup
 from launcher.check import compare, render_comparison
 from launcher.planning import Plan
 from launcher.records import dataclass
@@ -169,19 +171,25 @@ def serve(
     128 + the signal's number when stopped before vLLM was ready, 70 when vlaunch itself fails (then re-raised).
     """
     profile = plan.profile
-    log_path, record_path = new_log_paths(profile.name, logs_dir)
     lock = guard.BoxLock()
     info: dict[str, Any] = {
         "pid": os.getpid(),
         "profile": profile.name,
         "since": time.time(),
-        "log": str(log_path),
+        "log": None,
         "port": profile.vllm.port,
         "host": profile.vllm.host,
         "vllm_pid": None,
         "argv": list(plan.argv),
     }
-    lock.acquire(info)
+    lock.acquire(info)  # first: a serve the lock refuses leaves no run log behind
+    try:
+        log_path, record_path = new_log_paths(profile.name, logs_dir)
+    except BaseException:
+        lock.release()
+        raise
+    info["log"] = str(log_path)
+    lock.update(info)
     record: dict[str, Any] = {
         "profile": profile.name,
         "profile_path": profile.source,
@@ -206,8 +214,13 @@ def serve(
         signal.signal(signum, _raise)
     t_start = time.monotonic()
     log_fh: IO[bytes] = log_path.open("ab")
+    run_id = log_path.stem
+    container = container_name(plan.argv)
+    supervisor: Supervisor | None = None
     try:
-        env = {**os.environ, **dict(plan.env)}
+        # the supervisor first: from here on, whatever way this process ends, nothing of the launch outlives it
+        supervisor = Supervisor.start(run_id, container=container, record=record_path)
+        env = {**os.environ, **dict(plan.env), sup.MARKER_RUN: run_id, sup.MARKER_PID: sup.wrapper_marker()}
         try:
             proc = subprocess.Popen(
                 list(plan.argv),
@@ -276,7 +289,7 @@ def serve(
                 check = metrics_check(f, cache_config_info(text_m), plan.prediction.layout.block_size)
                 record["metrics_check"] = check
                 echo(f"/metrics cache_config_info: {_metrics_line(check)}")
-                record_path.write_text(json.dumps(_finish(record, watcher, None), indent=2))
+                write_record(record_path, _finish(record, watcher, None))
                 echo(f"serving; run record {record_path}; Ctrl-C stops it")
                 if stop_after_ready:
                     break
@@ -313,6 +326,11 @@ def serve(
                 vllm_rc = proc.poll()  # before stop_tree reaps it: afterwards Popen cannot read the status
             known = _merge(known, guard.descendants(proc.pid))
             leftover = guard.stop_tree(proc.pid, known=known)
+            # what left vLLM's process tree (daemonised, reparented) still carries the run's marker
+            stray = sup.run_pids(run_id)
+            leftover = sorted(set(leftover) | set(sup.stop_pids(stray, grace=5.0) if stray else ()))
+            if container:
+                stop_container(container)
             record["vllm_exit"] = vllm_rc  # None: vLLM was running and vlaunch stopped it
             if proc.stdout is not None:
                 with contextlib.suppress(OSError):
@@ -321,11 +339,74 @@ def serve(
         record["exit"] = exit_code
         with contextlib.suppress(OSError):
             log_fh.close()
+        write_record(record_path, _finish(record, watcher, time.monotonic() - t_start))
+        if supervisor is not None:
+            supervisor.done()  # vLLM is stopped: the supervisor has nothing to do
         lock.release()
-        record_path.write_text(json.dumps(_finish(record, watcher, time.monotonic() - t_start), indent=2))
         for signum, handler in old_handlers.items():
             signal.signal(signum, handler)
     return RunResult(exit_code, record, log_path, record_path, error)
+
+
+@dataclass
+class Supervisor:
+    """The `launcher.supervise` process of one launch and the write end of its pipe."""
+
+    proc: subprocess.Popen[bytes]
+    fd: int
+
+    @classmethod
+    def start(cls, run_id: str, *, container: str | None, record: Path) -> Supervisor:
+        r, w = os.pipe()  # both ends close-on-exec: only the supervisor gets `r` (pass_fds), vLLM neither
+        argv = [sys.executable, "-m", "launcher.supervise", "--fd", str(r), "--run-id", run_id]
+        argv += ["--record", str(record)] + (["--container", container] if container else [])
+        env = {k: v for k, v in os.environ.items() if k not in (sup.MARKER_RUN, sup.MARKER_PID)}
+        try:
+            proc = subprocess.Popen(
+                argv,
+                pass_fds=(r,),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,  # outside our process group: what kills ours does not kill it
+            )
+        finally:
+            os.close(r)
+        return cls(proc, w)
+
+    def done(self) -> None:
+        """vLLM is stopped: tell the supervisor, which then exits."""
+        with contextlib.suppress(OSError):
+            os.write(self.fd, sup.DONE)
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+def container_name(argv: tuple[str, ...] | list[str]) -> str | None:
+    """The --name of a `docker run` launch (vlaunch gives every container one)."""
+    if not argv or Path(argv[0]).name != "docker" or "--name" not in argv:
+        return None
+    i = list(argv).index("--name")
+    return argv[i + 1] if i + 1 < len(argv) else None
+
+
+def stop_container(name: str) -> None:
+    """`docker stop NAME`, for a container that outlived its `docker run` client (SIGKILL is not proxied)."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        subprocess.run(["docker", "stop", "-t", "10", name], capture_output=True, timeout=30, check=False)
+
+
+def write_record(path: Path, record: dict[str, Any]) -> None:
+    """Write a run record atomically: a reader sees the old record or the new one, never half of one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(record, indent=2))
+    os.replace(tmp, path)
 
 
 def _calibrate_cpu(plan: Plan, f: logs.LogFacts, record: dict[str, Any]) -> None:

@@ -143,4 +143,9 @@ def test_cpu_log_total_changed_is_explained() -> None:
     cfg = Path(__file__).parent / "fixtures" / "tiny-llama" / "config.json"
     d = json.loads(run(str(log), "--config", str(cfg), "--machine", "cpu", "--gpu-memory-gib", "12", "--json").stdout)
     assert d["diff"]["explained_by"] == "total_memory"
-    assert any("vLLM saw 8.71 GiB" in n for n in d["diff"]["notes"])
+    assert any("the plan read 12.00 GiB, vLLM 8.71 GiB (-3.29 GiB)" in n for n in d["diff"]["notes"])
+    # planned again at the total vLLM logged, the model's own error is small; the raw one is the drift's
+    moved = d["diff"]["at_logged_total"]
+    assert moved["planned_total_bytes"] == 12 * 2**30 and moved["logged_total_bytes"] == round(8.71 * 2**30)
+    assert moved["logged_kv_pool_tokens"] == 2_018_176  # the log's "CPU KV cache size: 2,018,176 tokens"
+    assert abs(moved["error"]) <= 0.01 < moved["raw_error"]
