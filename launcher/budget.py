@@ -678,6 +678,15 @@ def predict(req: PlanRequest) -> Prediction:
             + (" + CUDA graphs (captured outside the budget in this version)" if graphs_outside else "")
             + f" = {(requested + outside) / GiB:.2f} GiB exceeds {T / GiB:.2f} GiB"
         )
+    kv_fixed = a.kv_cache_memory_bytes
+    if kv_fixed is not None and non_kv_in_budget + kv_fixed + outside > T - reserve:
+        # an explicit pool is not bounded by a utilization: vLLM allocates it whatever the machine has
+        failure = failure or "kv_cache_memory_too_large"
+        reasons.append(
+            f"--kv-cache-memory-bytes: {kv_fixed / GiB:,.2f} GiB of KV cache + {non_kv_in_budget / GiB:.2f} GiB of "
+            f"weights, activation and overhead exceed the {(T - reserve) / GiB:.2f} GiB this machine has"
+            + (f" ({reserve / GiB:.1f} GiB kept for the OS)" if reserve else "")
+        )
     fits = failure is None
     if not fits:
         fixes = _fixes(req, pool_, request_bytes, available, util)

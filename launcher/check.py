@@ -22,13 +22,11 @@ class NotAVllmLog(LogError):
 
 
 def read_log(path: str) -> LogFacts:
+    from launcher.files import open_regular
+
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path, LogError) as fh:
             facts = parse_stream(fh)
-    except FileNotFoundError:
-        raise LogError("no such file", source=path) from None
-    except IsADirectoryError:
-        raise LogError("is a directory, not a log file", source=path) from None
     except OSError as e:
         raise LogError(f"cannot read: {e.strerror}", source=path) from None
     facts.source = path

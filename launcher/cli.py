@@ -193,6 +193,14 @@ class _FloatOrAuto(click.ParamType):  # type: ignore[type-arg]
 _CLI_TYPES: dict[str, Any] = {"int": int, "float": float}
 
 
+def _gib_at_least_zero(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    import math
+
+    if value is not None and not (math.isfinite(value) and 0 <= value <= 2**20):
+        raise click.BadParameter(f"must be a number of GiB from 0 to {2**20:,}, got {value}")
+    return value
+
+
 def _field_option(spec: Any) -> Any:
     """A click option for a profile field: its flags, its help and its type from the profile's field table."""
     decls = [*spec.flags, spec.dest]
@@ -220,7 +228,12 @@ def _plan_options(f: Any) -> Any:
         ),
         click.option("--model", "model", metavar="ID", help="Hugging Face repo id or model directory."),
         *(_field_option(spec) for spec in FIELDS if spec.flags),
-        click.option("--free-gib", type=float, help="Memory free at launch (GiB), when not read from this machine."),
+        click.option(
+            "--free-gib",
+            type=float,
+            callback=_gib_at_least_zero,
+            help="Memory free at launch (GiB), when not read from this machine.",
+        ),
         click.option("--json", "as_json", is_flag=True, help="Machine-readable output."),
         click.option(
             "--no-calibration",
@@ -714,32 +727,33 @@ def stop(target: str | None, timeout: float, orphans: bool) -> None:
 
 def _read_run_record(path: str) -> dict[str, Any] | None:
     """The run record at PATH, or None when PATH is not JSON (then it is read as a vLLM log)."""
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(4096).lstrip()
-    except FileNotFoundError:
-        raise VlaunchError("no such file", source=path) from None
-    except OSError as e:
-        raise VlaunchError(f"cannot read: {e.strerror}", source=path) from None
+    from launcher.files import open_regular, read_small
+
+    with open_regular(path) as fh:
+        head = fh.read(4096).lstrip()
     if not path.endswith(".json") and not head.startswith(b"{"):
         return None
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise VlaunchError(f"not a run record (invalid JSON: {e})", source=path) from None
+        data = json.loads(read_small(path))
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise VlaunchError(f"not a run record (invalid JSON: {' '.join(str(e).split())[:200]})", source=path) from None
     if not isinstance(data, dict) or not isinstance(data.get("predicted"), dict):
         raise VlaunchError("not a run record: no 'predicted' plan (written by `vlaunch serve`)", source=path)
     return data
 
 
 def _profile_description(path: object) -> str:
+    import os.path
+    import stat
+
     from launcher.errors import VlaunchError as _E
     from launcher.profiles import load_profile
 
     if not isinstance(path, str) or not path:
         return ""
-    try:
+    try:  # a path found inside an input file: read it only when it is a regular file
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return ""
         return load_profile(path).description
     except (_E, OSError):
         return ""

@@ -34,18 +34,19 @@ class ModelSource:
 
 
 def read_json(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError("no such file", source=str(path)) from None
-    except OSError as e:
-        raise ConfigError(f"cannot read: {e.strerror}", source=str(path)) from None
+    from launcher.files import read_small
+
+    text = read_small(path, ConfigError)
     try:
         data = json.loads(text)
     except UnicodeDecodeError:
         raise ConfigError("not UTF-8 text", source=str(path)) from None
     except json.JSONDecodeError as e:
         raise ConfigError(f"malformed JSON at line {e.lineno} column {e.colno}: {e.msg}", source=str(path)) from None
+    except ValueError as e:  # an integer of more digits than Python converts
+        raise ConfigError(f"malformed JSON: {e}", source=str(path)) from None
+    except RecursionError:
+        raise ConfigError("malformed JSON: nested deeper than any config.json", source=str(path)) from None
     if not isinstance(data, dict):
         raise ConfigError("must be a JSON object", source=str(path))
     return data

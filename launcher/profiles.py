@@ -311,10 +311,12 @@ def load_profile(path: str | Path) -> Profile:
     """Read and validate a profile file. Errors name the file as given."""
     p = Path(path)
     source = str(path)
+    from launcher.files import read_small
+
+    if not p.exists():
+        raise ProfileError("no such profile file", source=source)
     try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ProfileError("no such profile file", source=source) from None
+        text = read_small(p, ProfileError).decode("utf-8")
     except UnicodeDecodeError as e:
         raise ProfileError(f"not UTF-8 text ({e.reason} at byte {e.start})", source=source) from None
     except OSError as e:
@@ -408,12 +410,38 @@ def _check_keys(data: Mapping[Any, Any], known: tuple[str, ...], path: str, ctx:
         ctx.fail(_join(path, str(key)), f"unknown key{hint}")
 
 
+# Characters no value that reaches an argv, an environment or a rendered file may hold: controls (C0, DEL, C1:
+# \n \r \t \v \f \x1c-\x1f \x85 …), format characters (bidi overrides, zero-width), line and paragraph
+# separators (U+2028, U+2029), surrogates. Each is a way for one value to read as several arguments or lines
+# somewhere (a shell, systemd, YAML, a terminal); one rule for every field, no per-target list.
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+
+
+def unsafe_char(text: str) -> str | None:
+    """The first character `text` may not hold, as U+XXXX with its name; None when it is clean."""
+    import unicodedata
+
+    for ch in text:
+        # white space other than a plain space too: Python's str.split() / splitlines() cut at each of them
+        if unicodedata.category(ch) in _UNSAFE_CATEGORIES or (ch.isspace() and ch != " "):
+            name = unicodedata.name(ch, "a control character")
+            return f"U+{ord(ch):04X} ({name})"
+    return None
+
+
+def _plain(text: str, path: str, ctx: _Ctx) -> str:
+    bad = unsafe_char(text)
+    if bad is not None:
+        ctx.fail(path, f"holds {bad}: control, format and line/paragraph separator characters are refused")
+    return text
+
+
 def _str(v: object, path: str, ctx: _Ctx, *, optional: bool = False, empty_ok: bool = False) -> Any:
     if v is None and optional:
         return None
     if not isinstance(v, str) or (not empty_ok and not v.strip()):
         ctx.fail(path, f"must be a {'string' if empty_ok else 'non-empty string'}, got {_show(v)}")
-    return v
+    return _plain(v, path, ctx)
 
 
 def _choice(v: object, path: str, ctx: _Ctx, choices: tuple[str, ...], aliases: Mapping[str, str] | None = None) -> Any:
@@ -429,12 +457,27 @@ def _choice(v: object, path: str, ctx: _Ctx, choices: tuple[str, ...], aliases: 
     ctx.fail(path, f"must be one of {', '.join(choices)}; got {_show(v)}{hint}")
 
 
-def _int(v: object, path: str, ctx: _Ctx, *, optional: bool = False, hi: int | None = None) -> Any:
+MAX_BYTES = 2**50
+"""1 PiB: no size a profile gives (a KV pool, a GPU's memory) is physically larger."""
+MAX_PARALLEL = 4096
+"""No tensor / pipeline / data parallel size beyond this many GPUs is a launch anyone runs."""
+MAX_COUNT = 10**9
+"""Users, sequences: bounded so that arithmetic on them stays small."""
+MAX_TOKENS = 2**40
+"""Tokens of one context or one scheduler step: a trillion is past any model's limit."""
+
+
+def _int(
+    v: object, path: str, ctx: _Ctx, *, optional: bool = False, hi: int | None = None, cap: int | None = None
+) -> Any:
+    """A positive integer; `hi`: the field's own range (a port); `cap`: the most that is physically possible."""
     if v is None and optional:
         return None
     if isinstance(v, bool) or not isinstance(v, int) or v < 1 or (hi is not None and v > hi):
         what = f"an integer between 1 and {hi}" if hi is not None else "a positive integer"
         ctx.fail(path, f"must be {what}, got {_show(v)}")
+    if cap is not None and v > cap:
+        ctx.fail(path, f"must be a positive integer of at most {cap:,}, got {_show(v)}")
     return v
 
 
@@ -500,6 +543,8 @@ def _kv_bytes(v: object, path: str, ctx: _Ctx) -> Any:
         n = v
     if n is None or n <= 0:
         ctx.fail(path, f"must be a positive number of bytes or a size like 12GiB, 4G or 2.5GB, got {_show(v)}")
+    if n > MAX_BYTES:
+        ctx.fail(path, f"{_show(v)} is more memory than any machine vlaunch plans for holds (at most 1 PiB)")
     return n
 
 
@@ -585,7 +630,7 @@ def _version(v: object, path: str, ctx: _Ctx) -> Any:
 
 def _scalar_text(v: object, path: str, ctx: _Ctx, what: str) -> str:
     if isinstance(v, str):
-        return v
+        return _plain(v, path, ctx)
     if _is_number(v) and not (isinstance(v, int) and v.bit_length() > 64):
         return str(v)
     extra = " (quote it, or write 1 or 0)" if isinstance(v, bool) else ""
@@ -723,6 +768,8 @@ def _size_int(v: object, path: str, ctx: _Ctx, *, optional: bool = False, auto: 
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
         ctx.fail(path, f"must be a positive whole number or a size like 32k, 32K or 1M{', or auto' if auto else ''}, "
                  f"got {_show(v)}")  # fmt: skip
+    if v > MAX_TOKENS:
+        ctx.fail(path, f"{_show(v)} tokens is beyond any context or batch vLLM runs (at most {MAX_TOKENS:,})")
     return v
 
 
@@ -764,7 +811,8 @@ FIELDS: tuple[FieldSpec, ...] = (
     _F("max_model_len", lambda v, p, c: _size_int(v, p, c, optional=True, auto=True),
        "Longest context one conversation may reach, in tokens: 32768, 32k, 32K, 1M, or auto (the longest that "
        "fits); default: the model's.", ("--max-model-len",), metavar="TOKENS"),
-    _F("users", _int, "Concurrent conversations the KV cache must hold at max_model_len.", ("--users",),
+    _F("users", lambda v, p, c: _int(v, p, c, cap=MAX_COUNT),
+       "Concurrent conversations the KV cache must hold at max_model_len.", ("--users",),
        cli_type="int"),
     _F("machine", lambda v, p, c: _choice(v, p, c, MACHINE_NAMES, MACHINE_ALIASES),
        "Machine to plan for: " + ", ".join(MACHINE_NAMES) + "; aliases " + ", ".join(MACHINE_ALIASES)
@@ -780,16 +828,19 @@ FIELDS: tuple[FieldSpec, ...] = (
        ("--gpu-memory-utilization",), metavar="FRACTION|auto"),
     _F("biggest_pool", _bool, "With auto utilization, take the largest safe KV pool rather than only what users "
        "need.", ("--biggest-pool",), switch="flag"),
-    _F("tensor_parallel_size", _int, "GPUs each layer is split across.", ("--tensor-parallel-size", "-tp"),
+    _F("tensor_parallel_size", lambda v, p, c: _int(v, p, c, cap=MAX_PARALLEL), "GPUs each layer is split across.",
+       ("--tensor-parallel-size", "-tp"),
        cli_type="int"),
-    _F("pipeline_parallel_size", _int, "Pipeline stages the layers are split into.",
+    _F("pipeline_parallel_size", lambda v, p, c: _int(v, p, c, cap=MAX_PARALLEL),
+       "Pipeline stages the layers are split into.",
        ("--pipeline-parallel-size", "-pp"), cli_type="int"),
-    _F("data_parallel_size", _int, "Replicas of the whole model (each holds its own weights and KV cache).",
+    _F("data_parallel_size", lambda v, p, c: _int(v, p, c, cap=MAX_PARALLEL),
+       "Replicas of the whole model (each holds its own weights and KV cache).",
        ("--data-parallel-size", "-dp"), cli_type="int"),
     _F("max_num_batched_tokens", lambda v, p, c: _size_int(v, p, c, optional=True),
        "Tokens one scheduler step may process (default: vLLM's).", ("--max-num-batched-tokens",),
        metavar="TOKENS"),
-    _F("max_num_seqs", lambda v, p, c: _int(v, p, c, optional=True),
+    _F("max_num_seqs", lambda v, p, c: _int(v, p, c, optional=True, cap=MAX_COUNT),
        "Sequences one scheduler step may hold (default: vLLM's).", ("--max-num-seqs",), cli_type="int"),
     _F("enforce_eager", _bool, "Disable CUDA graphs (less memory, slower decode).", ("--enforce-eager",),
        switch="flag"),

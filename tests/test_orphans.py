@@ -128,6 +128,9 @@ def test_sigkilled_wrapper_leaves_nothing(box: dict[str, Any]) -> None:
     took, left = wait_gone(run, 15)
     assert left == [], f"still running {took:.1f} s after the wrapper died: {left}"
     assert holder(box) is None  # the kernel dropped the lock with the wrapper
+    end = time.monotonic() + 10  # the supervisor writes its note once the last process is gone
+    while not list(box["logs"].glob("orph-*.json")) and time.monotonic() < end:
+        time.sleep(0.1)
     rec = record(box)
     assert rec["stopped_by"].startswith("supervisor:") and rec["leftover_pids"] == []
     assert len(rec["supervisor_stopped_pids"]) >= 2

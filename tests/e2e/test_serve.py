@@ -60,6 +60,11 @@ def test_serve_end_to_end(vllm_ready: None, tmp_path: Path) -> None:
         record = json.loads(next(logs.glob("tiny-cpu-*.json")).read_text())
         predicted, logged = record["predicted"]["kv_pool_tokens"], record["logged"]["kv_pool_tokens"]
         print(f"pool: predicted {predicted:,}, logged {logged:,} ({100 * (predicted - logged) / logged:+.2f}%)")
+        moved = record["diff"]["at_logged_total"]
+        if moved is not None:  # this VM's memory moved between the plan and the launch: the model's error is there
+            print(f"total moved {moved['drift_bytes'] / 2**30:+.2f} GiB: raw {100 * moved['raw_error']:+.2f}%, "
+                  f"at vLLM's total {100 * moved['error']:+.2f}%")  # fmt: skip
+            predicted = moved["kv_pool_tokens"]
         assert abs(predicted - logged) / logged <= 0.01
         assert record["metrics_check"]["agree"] is True
         assert record["metrics_check"]["kv_cache_size_tokens"] == logged
@@ -119,3 +124,27 @@ def test_boot_failure_is_classified_and_leaves_nothing(vllm_ready: None, tmp_pat
     assert guard.read_holder() is None
     record = json.loads(next(tmp_path.glob("tiny-cpu-*.json")).read_text())
     assert record["exit"] == 1 and record["logged"]["failure"]["kind"] == "insufficient_free_memory"
+
+
+def test_total_that_moved_is_told_apart_from_the_error(vllm_ready: None, tmp_path: Path) -> None:
+    """The host's memory grows between the plan and the launch (simulated: the plan reads 2 GiB less than the
+    node has); vLLM boots for real. The raw error is the drift's; planned again at vLLM's total, the model is
+    within 1 %."""
+    from launcher.machines import detect
+
+    total = detect()[0].total_bytes / 2**30
+    r = subprocess.run(
+        [*VLAUNCH, "serve", "profiles/tiny-cpu.yaml", "--gpu-memory-gib", f"{total - 2:.2f}", "--stop-after-ready",
+         "--logs-dir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    record = json.loads(next(tmp_path.glob("tiny-cpu-*.json")).read_text())
+    moved = record["diff"]["at_logged_total"]
+    assert moved is not None, record["diff"]
+    planned, seen = moved["planned_total_bytes"] / 2**30, moved["logged_total_bytes"] / 2**30
+    print(f"planned at {planned:.2f} GiB, vLLM saw {seen:.2f} GiB: raw error {100 * moved['raw_error']:+.2f}%, "
+          f"at vLLM's total {100 * moved['error']:+.2f}%")  # fmt: skip
+    assert moved["drift_bytes"] > 1.5 * 2**30
+    assert abs(moved["error"]) <= 0.01 < abs(moved["raw_error"])
+    assert "the total moved" in r.stdout and "a DGX Spark's total does not move" in r.stdout

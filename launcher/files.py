@@ -1,0 +1,48 @@
+"""Opening a file vlaunch was given: only a regular file, never a device, a FIFO or a socket that would block or
+stream forever (`/dev/zero`, a named pipe), and small files read whole only up to a cap."""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import BinaryIO
+
+from launcher.errors import VlaunchError
+
+MAX_SMALL_FILE = 64 * 2**20
+"""config.json, a profile, a run record: anything larger is not one."""
+
+
+def open_regular(path: str | os.PathLike[str], error: type[VlaunchError] = VlaunchError) -> BinaryIO:
+    """`path` opened for binary reading, refused (one line) unless it is a regular file."""
+    shown = os.fspath(path)
+    try:
+        # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer; it is refused just below
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise error("no such file", source=shown) from None
+    except IsADirectoryError:
+        raise error("is a directory, not a file", source=shown) from None
+    except OSError as e:
+        raise error(f"cannot read: {e.strerror or e}", source=shown) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
+            raise error(f"is {kind}, not a regular file", source=shown)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_small(path: str | os.PathLike[str], error: type[VlaunchError] = VlaunchError) -> bytes:
+    """The whole of a small regular file (a config, a profile, a record), refused past MAX_SMALL_FILE."""
+    with open_regular(path, error) as fh:
+        data = fh.read(MAX_SMALL_FILE + 1)
+    if len(data) > MAX_SMALL_FILE:
+        raise error(
+            f"larger than {MAX_SMALL_FILE // 2**20} MiB: not a file vlaunch reads whole", source=os.fspath(path)
+        )
+    return data
