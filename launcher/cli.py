@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -328,12 +329,38 @@ def _bar_style(ascii_bar: bool) -> Any:
     return "unicode"
 
 
-def _write_text(path: str, text: str) -> None:
+_FORCE_HELP = "Overwrite FILE when it exists (never one of the command's own inputs)."
+
+
+def _inputs(p: Any, *more: object) -> list[str]:
+    """The files a command read: the profile, the config.json, the serve YAML, a log or a run record."""
+    found = [getattr(p, "source", None), getattr(p, "config", None), *more]
+    return [str(x) for x in found if isinstance(x, str | os.PathLike) and str(x)]
+
+
+def _write_text(path: str, text: str, *, inputs: tuple[str, ...] | list[str] = (), force: bool = False) -> None:
+    """Write an output file: never over one of the command's inputs, over an existing file only with --force,
+    and never through a symlink (the link is replaced, its target left alone); a reader sees the old file or the
+    new one, never half of one."""
+    target = os.path.abspath(os.path.expanduser(path))
+    for given in inputs:
+        same = os.path.realpath(target) == os.path.realpath(os.path.expanduser(given))
+        with contextlib.suppress(OSError):
+            same = same or os.path.samefile(target, os.path.expanduser(given))
+        if same:
+            raise VlaunchError(f"is an input of this command ({given}); choose another output file", source=path)
+    if os.path.lexists(target) and not force:
+        what = "a symlink" if os.path.islink(target) else "an existing file"
+        raise VlaunchError(f"{what}; pass --force to overwrite it", source=path)
+    tmp = os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.{os.getpid()}.tmp")
     try:
-        with open(path, "w", encoding="utf-8") as fh:
+        with open(tmp, "x", encoding="utf-8") as fh:
             fh.write(text)
+        os.replace(tmp, target)
     except OSError as e:
-        raise VlaunchError(f"cannot write: {e.strerror}", source=path) from None
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise VlaunchError(f"cannot write: {e.strerror or e}", source=path) from None
 
 
 def _compare_plans(main_plan: Any, names: str) -> list[Any]:
@@ -376,8 +403,10 @@ def _split_command(words: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]
 @click.option("--html", "html_path", metavar="FILE", help="Also write the memory picture as one HTML page.")
 @click.option("--compare", metavar="M1,M2,…", help="Draw the profile on these machines too (spark,h100,rtx4090).")
 @click.option("--ascii", "ascii_bar", is_flag=True, help="Draw the memory bar in plain ASCII.")
+@click.option("--force", is_flag=True, help=_FORCE_HELP)
 def plan(
     words: tuple[str, ...],
+    force: bool,
     as_json: bool,
     free_gib: float | None,
     html_path: str | None,
@@ -423,7 +452,8 @@ def plan(
     if html_path:
         from launcher.report import page_data, render_html
 
-        _write_text(html_path, render_html(page_data([x.to_json() for x in plans], description=p.description)))
+        page = render_html(page_data([x.to_json() for x in plans], description=p.description))
+        _write_text(html_path, page, inputs=_inputs(p, flags.get("serve_config")), force=force)
         if not as_json:
             click.echo(f"html: {html_path}")
     if not all(x.fits for x in plans):
@@ -763,9 +793,16 @@ def _profile_description(path: object) -> str:
 @click.argument("source", metavar="RUN.json|LOG")
 @click.option("--html", "html_path", metavar="FILE", required=True, help="Where to write the HTML page.")
 @click.option("--profile", "profile", metavar="PROFILE", help="For a LOG: compare against this profile's plan.")
+@click.option("--force", is_flag=True, help=_FORCE_HELP)
 @_plan_options
 def report(
-    source: str, html_path: str, profile: str | None, as_json: bool, free_gib: float | None, **flags: Any
+    source: str,
+    html_path: str,
+    profile: str | None,
+    force: bool,
+    as_json: bool,
+    free_gib: float | None,
+    **flags: Any,
 ) -> None:
     """Write the memory picture for a run record or a vLLM log as one self-contained HTML page.
 
@@ -800,7 +837,8 @@ def report(
         data = page_data([predicted], description=description, diff=diff, logged=logged)
     except (KeyError, TypeError, ValueError) as e:
         raise VlaunchError(f"not a run record: the predicted plan lacks {e}", source=source) from None
-    _write_text(html_path, render_html(data))
+    read = [source, *(str(record[k]) for k in ("log", "profile_path") if record and isinstance(record.get(k), str))]
+    _write_text(html_path, render_html(data), inputs=read, force=force)
     if as_json:
         emit_json({"html": html_path, **data})
     else:
@@ -815,9 +853,16 @@ def report(
               help="script: bash launch script; systemd: a unit file; docker: `docker run` for NVIDIA's vLLM "
               "container; vllm-config: YAML for `vllm serve --config`.")  # fmt: skip
 @click.option("-o", "--output", metavar="FILE", help="Write to FILE instead of stdout.")
+@click.option("--force", is_flag=True, help=_FORCE_HELP)
 @_plan_options
 def render(
-    profile: str | None, kind: str, output: str | None, as_json: bool, free_gib: float | None, **flags: Any
+    profile: str | None,
+    kind: str,
+    output: str | None,
+    force: bool,
+    as_json: bool,
+    free_gib: float | None,
+    **flags: Any,
 ) -> None:
     """Render PROFILE's planned launch as a script, a systemd unit, a docker command or a vLLM config file.
 
@@ -835,7 +880,7 @@ def render(
     except ValueError as e:
         raise VlaunchError(str(e)) from None
     if output:
-        _write_text(output, text)
+        _write_text(output, text, inputs=_inputs(p, profile, flags.get("serve_config")), force=force)
     if as_json:
         emit_json({"as": kind, "output": output, "fits": result.fits, "text": text})
     elif not output:

