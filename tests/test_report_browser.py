@@ -39,7 +39,8 @@ def _run(args: list[str], tmp: Path) -> str:
 def test_bar_widths_are_proportional_to_bytes(tmp_path: Path) -> None:
     page = tmp_path / "plan.html"
     r = CliRunner().invoke(main, ["plan", "llama8b-32k", "--compare", "spark,h100,rtx4090", "--html", str(page)])
-    assert r.exit_code == 0, r.stderr
+    # 8 users × 32k do not fit a 24 GB RTX 4090: compare exits 3 and writes the page all the same
+    assert r.exit_code == 3 and page.exists(), r.stderr
     shot = Path(__file__).parent.parent / ".cache" / "report-screenshot.png"
     shot.parent.mkdir(exist_ok=True)
     _run([f"--screenshot={shot}", "--window-size=1280,2000", page.as_uri()], tmp_path)
