@@ -38,7 +38,9 @@ def test_sigkilled_wrapper_leaves_no_vllm(vllm_ready: None, tmp_path: Path, stag
     proc = subprocess.Popen(
         [*VLAUNCH, "serve", "profiles/tiny-cpu.yaml", "--logs-dir", str(tmp_path)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True,
+        # a calibration store of its own: these boots are killed at random points, not measurements for later tests
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "XDG_CONFIG_HOME": str(tmp_path / "config")},
+        start_new_session=True,
     )  # fmt: skip
     seen: list[str] = []
     try:
