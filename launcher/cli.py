@@ -352,14 +352,11 @@ def _write_text(path: str, text: str, *, inputs: tuple[str, ...] | list[str] = (
     if os.path.lexists(target) and not force:
         what = "a symlink" if os.path.islink(target) else "an existing file"
         raise VlaunchError(f"{what}; pass --force to overwrite it", source=path)
-    tmp = os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.{os.getpid()}.tmp")
+    from launcher.files import write_atomic
+
     try:
-        with open(tmp, "x", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, target)
+        write_atomic(target, text)
     except OSError as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
         raise VlaunchError(f"cannot write: {e.strerror or e}", source=path) from None
 
 
@@ -702,7 +699,7 @@ def ps(as_json: bool) -> None:
         click.echo("no vLLM processes on this box")
     for i in instances:
         left = f"  [orphan of run {i.orphan_of}]" if i.orphan else ""
-        click.echo(f"{i.pid:>8}  {i.role:<8} {i.rss_bytes / 2**30:6.2f} GiB  {' '.join(i.cmdline.split())[:100]}{left}")
+        click.echo(f"{i.pid:>8}  {i.role:<8} {i.rss_bytes / 2**30:6.2f} GiB  {i.command[:100]}{left}")
     if any(i.orphan for i in instances):
         click.echo("orphans: left by a vlaunch serve that is gone; `vlaunch stop --orphans` stops them")
 

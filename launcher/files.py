@@ -3,6 +3,7 @@ stream forever (`/dev/zero`, a named pipe), and small files read whole only up t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from typing import BinaryIO
@@ -34,6 +35,21 @@ def open_regular(path: str | os.PathLike[str], error: type[VlaunchError] = Vlaun
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
+        raise
+
+
+def write_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """Write `text` to `path` through a new file beside it and a rename: a reader sees the old file or the new one,
+    never half of one, and a symlink at `path` is replaced, its target left alone. Raises OSError."""
+    target = os.fspath(path)
+    tmp = os.path.join(os.path.dirname(target) or ".", f".{os.path.basename(target)}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "x", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
         raise
 
 

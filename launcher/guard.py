@@ -143,11 +143,15 @@ class Instance:
     def orphan(self) -> bool:
         return self.orphan_of is not None
 
+    @property
+    def command(self) -> str:
+        """The command line with its padding folded (vLLM pads its renamed processes' titles with spaces)."""
+        return " ".join(self.cmdline.split())
+
     def shown(self, width: int = 80) -> str:
-        """`pid N (role, X GiB): command line` with the command line's padding folded."""
+        """`pid N (role, X GiB): command line`."""
         left = f", left behind by run {self.orphan_of}" if self.orphan_of else ""
-        cmd = " ".join(self.cmdline.split())[:width]
-        return f"pid {self.pid} ({self.role}, {self.rss_bytes / 2**30:.2f} GiB{left}): {cmd}"
+        return f"pid {self.pid} ({self.role}, {self.rss_bytes / 2**30:.2f} GiB{left}): {self.command[:width]}"
 
     def to_json(self) -> dict[str, Any]:
         return {

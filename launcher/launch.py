@@ -31,6 +31,7 @@ from launcher import calibration, guard
 from launcher import preflight as pf
 from launcher import supervise as sup
 from launcher.check import compare, render_comparison
+from launcher.files import write_atomic
 from launcher.planning import Plan
 from launcher.records import dataclass
 from launcher.vllm import logs
@@ -215,7 +216,7 @@ def serve(
     t_start = time.monotonic()
     log_fh: IO[bytes] = log_path.open("ab")
     run_id = log_path.stem
-    container = container_name(plan.argv)
+    container = _launched_container(plan.argv)
     supervisor: Supervisor | None = None
     try:
         # the supervisor first: from here on, whatever way this process ends, nothing of the launch outlives it
@@ -388,7 +389,7 @@ class Supervisor:
             self.proc.wait(5)
 
 
-def container_name(argv: tuple[str, ...] | list[str]) -> str | None:
+def _launched_container(argv: tuple[str, ...] | list[str]) -> str | None:
     """The --name of a `docker run` launch (vlaunch gives every container one)."""
     if not argv or Path(argv[0]).name != "docker" or "--name" not in argv:
         return None
@@ -404,9 +405,7 @@ def stop_container(name: str) -> None:
 
 def write_record(path: Path, record: dict[str, Any]) -> None:
     """Write a run record atomically: a reader sees the old record or the new one, never half of one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(record, indent=2))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(record, indent=2))
 
 
 def _calibrate_cpu(plan: Plan, f: logs.LogFacts, record: dict[str, Any]) -> None:

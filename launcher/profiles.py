@@ -418,7 +418,8 @@ _UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
 
 
 def unsafe_char(text: str) -> str | None:
-    """The first character `text` may not hold, as U+XXXX with its name; None when it is clean."""
+    """The first character `text` may not hold, as its code point and name (`U+2028 (LINE SEPARATOR)`); None
+    when every character is allowed."""
     import unicodedata
 
     for ch in text:

@@ -30,6 +30,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from launcher.files import write_atomic
+
 MARKER_RUN = "VLAUNCH_RUN_ID"
 """The run's id (the run log's stem) in the environment of every process of a launch."""
 MARKER_PID = "VLAUNCH_PID"
@@ -185,10 +187,8 @@ def _note_in_record(record: str | None, stopped: list[int], left: list[int]) -> 
         leftover_pids=left,
     )
     data.setdefault("exit", None)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with contextlib.suppress(OSError):
-        tmp.write_text(json.dumps(data, indent=2))
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(data, indent=2))
 
 
 def supervise(fd: int, run_id: str, *, container: str | None, record: str | None, grace: float) -> int:
