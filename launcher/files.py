@@ -14,6 +14,17 @@ MAX_SMALL_FILE = 64 * 2**20
 """config.json, a profile, a run record: anything larger is not one."""
 
 
+def expand_user(path: str, error: type[VlaunchError] = VlaunchError) -> str:
+    """`path` with a leading `~` or `~user` expanded; refused (one line) when there is no such user or home."""
+    if not path.startswith("~"):
+        return path
+    expanded = os.path.expanduser(path)
+    if expanded.startswith("~"):
+        user = path[1:].split("/", 1)[0]
+        raise error(f"no such user {user!r}" if user else "no home directory to expand '~' to", source=path)
+    return expanded
+
+
 def open_regular(path: str | os.PathLike[str], error: type[VlaunchError] = VlaunchError) -> BinaryIO:
     """`path` opened for binary reading, refused (one line) unless it is a regular file."""
     shown = os.fspath(path)
@@ -26,6 +37,8 @@ def open_regular(path: str | os.PathLike[str], error: type[VlaunchError] = Vlaun
         raise error("is a directory, not a file", source=shown) from None
     except OSError as e:
         raise error(f"cannot read: {e.strerror or e}", source=shown) from None
+    except ValueError as e:  # a NUL byte in the name
+        raise error(f"cannot read: {e}", source=shown) from None
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):

@@ -27,7 +27,7 @@ from typing import IO, Any
 
 import psutil
 
-from launcher import calibration, guard
+from launcher import calibration, guard, machines
 from launcher import preflight as pf
 from launcher import supervise as sup
 from launcher.check import compare, render_comparison
@@ -38,6 +38,7 @@ from launcher.vllm import logs
 from launcher.vllm import pool as vp
 from launcher.vllm import versions as V
 from launcher.vllm.logs import Stage
+from launcher.watchdog import Event, MemSample, Watchdog, sample_from_meminfo
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -164,12 +165,19 @@ def serve(
     verbose: bool = False,
     ready_timeout: float = 1800.0,
     stop_after_ready: bool = False,
+    stop_below_bytes: int | None = None,
+    extra_env: dict[str, str] | None = None,
 ) -> RunResult:
     """Run vLLM under the guard until it exits or we are told to stop.
 
+    `extra_env` is added to vLLM's environment (a Ray cluster's RAY_ADDRESS). On unified memory the watchdog
+    samples the box every WATCH_EVERY seconds: below the OS reserve the plan kept it warns (once per crossing)
+    with who grew; below `stop_below_bytes` (any machine) it stops vLLM.
+
     The exit code (and the record's "exit"): 0 after a clean stop (a signal once vLLM is ready, or
     stop_after_ready), 1 when vLLM fails or exits before it is ready, 5 when its executable cannot be started,
-    128 + the signal's number when stopped before vLLM was ready, 70 when vlaunch itself fails (then re-raised).
+    11 when the watchdog stopped it, 128 + the signal's number when stopped before vLLM was ready, 70 when
+    vlaunch itself fails (then re-raised).
     """
     profile = plan.profile
     lock = guard.BoxLock()
@@ -221,7 +229,8 @@ def serve(
     try:
         # the supervisor first: from here on, whatever way this process ends, nothing of the launch outlives it
         supervisor = Supervisor.start(run_id, container=container, record=record_path)
-        env = {**os.environ, **dict(plan.env), sup.MARKER_RUN: run_id, sup.MARKER_PID: sup.wrapper_marker()}
+        env = {**os.environ, **dict(plan.env), **(extra_env or {})}
+        env |= {sup.MARKER_RUN: run_id, sup.MARKER_PID: sup.wrapper_marker()}
         try:
             proc = subprocess.Popen(
                 list(plan.argv),
@@ -249,6 +258,9 @@ def serve(
         compared = False
         metrics_done = False
         last_health = 0.0
+        reserve = plan.prediction.os_reserve_bytes if plan.machine.unified else 0
+        dog = Watchdog(reserve, stop_below_bytes) if reserve or stop_below_bytes is not None else None
+        last_watch = -WATCH_EVERY
         while True:
             try:
                 raw = lines.get(timeout=0.5)
@@ -277,6 +289,15 @@ def serve(
                 echo(f"  fix: {f.failure.fix}")
                 break
             now = time.monotonic()
+            if dog is not None and now - last_watch >= WATCH_EVERY:
+                last_watch = now
+                event = dog.observe(_sample(now - t_start, proc.pid, known))
+                if event is not None:
+                    _note_watchdog(record, event, echo)
+                    if event.kind == "stop":
+                        record["stopped_by"] = f"watchdog: {event.line().removeprefix('watchdog: ')}"
+                        exit_code = pf.EXIT_WATCHDOG
+                        break
             if ready_at is None and now - last_health > 1.0 and watcher.stage in (Stage.GRAPHS, Stage.READY):
                 last_health = now
                 status, _ = http_get(base + "/health")
@@ -326,7 +347,9 @@ def serve(
             if vllm_rc is None:
                 vllm_rc = proc.poll()  # before stop_tree reaps it: afterwards Popen cannot read the status
             known = _merge(known, guard.descendants(proc.pid))
-            leftover = guard.stop_tree(proc.pid, known=known)
+            # the same grace as the supervisor's: a vLLM busy loading ignores SIGTERM, and the box must be free
+            # within seconds, not whenever a safetensors read returns
+            leftover = guard.stop_tree(proc.pid, timeout=sup.GRACE_SECONDS, known=known)
             # what left vLLM's process tree (daemonised, reparented) still carries the run's marker
             stray = sup.run_pids(run_id)
             leftover = sorted(set(leftover) | set(sup.stop_pids(stray, grace=5.0) if stray else ()))
@@ -401,6 +424,39 @@ def stop_container(name: str) -> None:
     """`docker stop NAME`, for a container that outlived its `docker run` client (SIGKILL is not proxied)."""
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         subprocess.run(["docker", "stop", "-t", "10", name], capture_output=True, timeout=30, check=False)
+
+
+WATCH_EVERY = 2.0  # seconds between the watchdog's looks at /proc/meminfo and vLLM's resident memory
+_MAX_EVENTS = 100  # a run record keeps the first watchdog events; a flapping box does not grow it without end
+
+
+def _sample(seconds: float, root: int, known: list[psutil.Process]) -> MemSample:
+    """MemAvailable, the page cache, used memory and the launch's resident set, now."""
+    try:
+        meminfo = machines.read_meminfo()
+    except (OSError, machines.MachineError):
+        meminfo = {}
+    rss = 0
+    seen: set[int] = set()
+    try:
+        tree = [psutil.Process(root), *guard.descendants(root)]
+    except psutil.Error:
+        tree = []
+    for p in [*tree, *known]:
+        if p.pid in seen:
+            continue
+        seen.add(p.pid)
+        with contextlib.suppress(psutil.Error):
+            rss += p.memory_info().rss
+    return sample_from_meminfo(seconds, meminfo, rss)
+
+
+def _note_watchdog(record: dict[str, Any], event: Event, echo: Callable[[str], None]) -> None:
+    """Print the watchdog's line and keep the event in the run record."""
+    echo(event.line())
+    events = record.setdefault("watchdog", [])
+    if len(events) < _MAX_EVENTS:
+        events.append(event.to_json())
 
 
 def write_record(path: Path, record: dict[str, Any]) -> None:

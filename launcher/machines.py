@@ -433,6 +433,11 @@ def _cpu_machine(reading: MemoryReading, sys_root: Path) -> Machine:
     )
 
 
+def read_meminfo(proc_root: Path = PROC_ROOT) -> dict[str, int]:
+    """/proc/meminfo as {field: bytes}."""
+    return _parse_meminfo(_read_text(proc_root / "meminfo"))
+
+
 def read_unified_available(proc_root: Path = PROC_ROOT) -> int:
     """RAM available as psutil.virtual_memory().available reports it: /proc/meminfo MemAvailable.
 

@@ -7,7 +7,6 @@ vllm_pool.
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -17,9 +16,11 @@ from launcher.arch.model import Model
 from launcher.argv import vllm_argv
 from launcher.calibration import lookup_cpu_worker, lookup_terms, machine_key
 from launcher.errors import ConfigError, ProfileError
+from launcher.files import expand_user
 from launcher.kv import kv_per_token
 from launcher.machines import Machine, MemoryReading, machine_for_plan
-from launcher.modelsource import ModelSource, load, read_model
+from launcher.modelsource import ModelSource, read_model
+from launcher.modelsource import load as _load_source
 from launcher.profiles import Profile
 from launcher.records import dataclass
 from launcher.units import GiB, gib_to_bytes
@@ -47,6 +48,7 @@ class Plan:
     invalid: str | None = None  # vLLM's own refusal text for impossible settings
     ranks: tuple[dict[str, Any], ...] = ()  # every rank: its stage, node, buckets and blocks
     version_found: Detected | None = None  # how the vLLM version was found (stated, python, image, assumed)
+    use_calibration: bool = True  # False: planned without terms calibrated from earlier runs (--no-calibration)
 
     @property
     def fits(self) -> bool:
@@ -120,6 +122,12 @@ def _mamba_block_size(p: budget.Prediction) -> int | None:
     if not p.layout.mamba_page_bytes:
         return None
     return p.layout.block_size if p.args.mamba_cache_mode in ("align", "all") else p.args.max_model_len
+
+
+def load(spec: str) -> ModelSource:
+    """modelsource.load, with a `~user/…` naming no user refused as a bad path."""
+    expand_user(spec, ConfigError)
+    return _load_source(spec)
 
 
 def _config_source(profile: Profile) -> ModelSource:
@@ -287,7 +295,7 @@ def make_plan(
     live: bool = True,
     free_bytes: int | None = None,
     cpu_rss_bytes: int | None = None,
-    use_calibration: bool | None = None,
+    use_calibration: bool = True,
 ) -> Plan:
     """Resolve everything a prediction needs and run it. `max_model_len: auto` is planned at the model's length,
     then, where one request of that does not fit the pool, at the length vLLM's auto-fit settles on."""
@@ -319,7 +327,7 @@ def _make_plan(
     live: bool = True,
     free_bytes: int | None = None,
     cpu_rss_bytes: int | None = None,
-    use_calibration: bool | None = None,
+    use_calibration: bool = True,
     mml: int | None = None,
 ) -> Plan:
     src = _config_source(profile)
@@ -392,8 +400,6 @@ def _make_plan(
             if _ckpt_has_mtp(ckpt, shape):
                 modelled = sum(per_tensor)
             exact_extra = ckpt.total_bytes - modelled
-    if use_calibration is None:
-        use_calibration = os.environ.get("VLAUNCH_NO_CALIBRATION") in (None, "", "0")
     calibrated = None
     if platform == "cpu" and cpu_rss_bytes is None and use_calibration:
         calibrated = lookup_cpu_worker("cpu", V.fmt_version(version), profile.vllm.python, family=shape.family)
@@ -501,6 +507,7 @@ def _make_plan(
         invalid,
         ranks,
         detected,
+        use_calibration,
     )
 
 
@@ -596,7 +603,11 @@ def profile_from_flags(model: str | None, config: str | None, **fields: Any) -> 
     data: dict[str, Any] = {"model": model or config, "name": "command-line"}
     if config:
         data["config"] = config
-        if not Path(config).exists():
+        try:
+            found = Path(expand_user(config, ConfigError)).exists()
+        except (OSError, ValueError) as e:  # a name too long for the filesystem, a NUL byte
+            raise ConfigError(f"cannot read: {getattr(e, 'strerror', None) or e}", source=config) from None
+        if not found:
             raise ConfigError("no such file", source=config)
     data.update({k: v for k, v in fields.items() if v is not None})
     return profile_from_mapping(data, source=None, base_dir=Path.cwd())

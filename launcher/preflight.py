@@ -18,6 +18,7 @@ vlaunch's exit codes (`EXIT_CODES`; the CLI and the README table follow it):
     8    machine mismatch: a GPU profile on a box without an NVIDIA GPU, or a GPU with less memory
     9    port in use (or the address cannot be bound)
     10   model: no such local directory, no config.json, not cached while offline, gated or not on the hub
+    11   serve: the memory watchdog stopped vLLM (MemAvailable fell below --stop-below-gib)
     70   internal error
     130  interrupted (128 + the signal's number for another signal)
 """
@@ -52,6 +53,7 @@ EXIT_GPU = 7
 EXIT_MACHINE_MISMATCH = 8
 EXIT_PORT_IN_USE = 9
 EXIT_MODEL = 10
+EXIT_WATCHDOG = 11  # serve: the watchdog stopped vLLM (MemAvailable below --stop-below-gib)
 EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130
 
@@ -67,6 +69,7 @@ EXIT_CODES: dict[int, str] = {
     EXIT_MACHINE_MISMATCH: "machine mismatch",
     EXIT_PORT_IN_USE: "port in use",
     EXIT_MODEL: "model",
+    EXIT_WATCHDOG: "stopped by the memory watchdog",
     EXIT_INTERNAL: "internal error",
     EXIT_INTERRUPTED: "interrupted",
 }

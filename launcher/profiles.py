@@ -17,7 +17,7 @@ from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, get_args
 
-from launcher.errors import FormatError, ProfileError
+from launcher.errors import FormatError, ProfileError, VlaunchError
 from launcher.formats import ALIASES, FORMATS, FormatName, normalize_name
 from launcher.kv import KV_CACHE_DTYPES
 from launcher.machines import MACHINE_ALIASES, MACHINE_NAMES, MachineName
@@ -235,9 +235,10 @@ def _cache_data(text: str, data: Any) -> None:
         pass
 
 
-def _yaml_data(text: str, source: str) -> Any:
+def _yaml_data(text: str, source: str, *, duplicates: bool = False) -> Any:
     """The YAML document in `text` (libyaml's loader where PyYAML has it: the same nodes, marks and errors);
-    duplicated keys are found on the composed node tree before construction."""
+    duplicated keys (unless `duplicates`) and anchor bombs are found on the composed node tree before
+    construction."""
     import yaml
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
@@ -245,16 +246,55 @@ def _yaml_data(text: str, source: str) -> Any:
         node = loader.get_single_node()
         if node is None:
             return None
-        _duplicate_keys(node, "", source, set())
+        if not duplicates:
+            _duplicate_keys(node, "", source, set())
+        if _expanded_size(node, {}, set(), source) > MAX_YAML_VALUES:
+            raise ProfileError(
+                f"YAML expands to more than {MAX_YAML_VALUES:,} values (aliases repeating anchors); "
+                "no profile is that large",
+                source=source,
+            )
         return loader.construct_document(node)
     except yaml.YAMLError as e:
-        raise _yaml_error(e, source) from None
+        raise _yaml_error(e, source, text) from None
     except (ValueError, OverflowError) as e:  # e.g. an integer too long for int()
         raise ProfileError(f"unreadable value: {e}", source=source) from None
     except RecursionError:
         raise ProfileError("YAML nested too deeply", source=source) from None
     finally:
         loader.dispose()
+
+
+MAX_YAML_VALUES = 100_000
+"""Keys, values and items a profile's YAML may expand to, aliases counted as often as they are used: a profile
+holds a few hundred; an anchor bomb (each level a list of aliases to the one before) billions."""
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int], inside: set[int], source: str) -> int:
+    """The values `node` stands for once every alias is expanded, capped just past MAX_YAML_VALUES; an alias
+    inside its own anchor (`a: &x [*x]`, a value that contains itself) is refused."""
+    import yaml
+
+    if id(node) in inside:
+        line = node.start_mark.line + 1 if node.start_mark is not None else 0
+        raise ProfileError(f"line {line}: an alias inside its own anchor (a value that contains itself)", source=source)
+    if id(node) in sizes:  # an alias to a node counted before
+        return sizes[id(node)]
+    inside.add(id(node))
+    n = 1
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            n += _expanded_size(key_node, sizes, inside, source) + _expanded_size(value_node, sizes, inside, source)
+            if n > MAX_YAML_VALUES:
+                break
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            n += _expanded_size(item, sizes, inside, source)
+            if n > MAX_YAML_VALUES:
+                break
+    inside.discard(id(node))
+    sizes[id(node)] = min(n, MAX_YAML_VALUES + 1)
+    return sizes[id(node)]
 
 
 def _duplicate_keys(node: yaml.Node, path: str, source: str, seen: set[int]) -> None:
@@ -284,9 +324,16 @@ def _duplicate_keys(node: yaml.Node, path: str, source: str, seen: set[int]) -> 
             _duplicate_keys(item, f"{path}[{i}]", source, seen)
 
 
-def _yaml_error(e: yaml.YAMLError, source: str) -> ProfileError:
+def _yaml_error(e: yaml.YAMLError, source: str, text: str = "") -> ProfileError:
     import yaml
 
+    if isinstance(e, yaml.reader.ReaderError) and isinstance(e.position, int):
+        before = text[: e.position]
+        line, column = before.count("\n") + 1, e.position - (before.rfind("\n") + 1) + 1
+        char = e.character if isinstance(e.character, int) else ord(e.character or "?")
+        return ProfileError(
+            f"line {line} column {column}: control character U+{char:04X} is not allowed in YAML", source=source
+        )
     if isinstance(e, yaml.MarkedYAMLError):
         mark = e.problem_mark or e.context_mark
         what = ", ".join(str(p) for p in (e.context, e.problem) if p) or "invalid YAML"
@@ -316,12 +363,38 @@ def load_profile(path: str | Path) -> Profile:
     if not p.exists():
         raise ProfileError("no such profile file", source=source)
     try:
-        text = read_small(p, ProfileError).decode("utf-8")
+        data = read_small(p, ProfileError)
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ProfileError(f"not UTF-8 text ({e.reason} at byte {e.start})", source=source) from None
+        line = data.count(b"\n", 0, e.start) + 1
+        raise ProfileError(f"line {line}: not UTF-8 text ({e.reason} at byte {e.start})", source=source) from None
     except OSError as e:
         raise ProfileError(f"cannot read: {e.strerror or e}", source=source) from None
     return profile_from_yaml(text, source=source, base_dir=p.parent)
+
+
+def yaml_document(text: str, source: str) -> Any:
+    """The data of a YAML document vlaunch did not write as a profile (the calibration store): refused with a
+    ProfileError, one line, when it is not YAML, has numbers past int's limit, nests too deeply or is an anchor
+    bomb. Duplicated keys are allowed, as PyYAML allows them."""
+    return _yaml_data(text, source, duplicates=True)
+
+
+def check_yaml_file(path: str, error: type[VlaunchError] = ProfileError) -> None:
+    """Refuse (one line) a YAML file another reader is about to load: not a regular file, too large, not UTF-8,
+    not YAML, or an anchor bomb. Duplicated keys are left to that reader."""
+    from launcher.files import read_small
+
+    data = read_small(path, error)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise error(f"line {line}: not UTF-8 text ({e.reason} at byte {e.start})", source=path) from None
+    try:
+        _yaml_data(text, path, duplicates=True)
+    except ProfileError as e:
+        raise error(e.message, source=path, field=e.field) from None
 
 
 def available_profiles(profiles_dir: Path) -> list[str]:
@@ -350,8 +423,11 @@ def default_profile_name(machine_name: str) -> str:
 def resolve_profile_arg(arg: str, profiles_dir: Path) -> Path:
     """A profile given as a path, or as a bare name looked up as `profiles_dir/<name>.yaml`, then among the
     bundled profiles."""
-    if _exists(Path(arg), "file"):
-        return Path(arg)
+    from launcher.files import expand_user
+
+    given = Path(expand_user(arg, ProfileError))
+    if _exists(given, "file"):
+        return given
     if "/" not in arg and os.sep not in arg:
         for d in (profiles_dir, BUNDLED_PROFILES):
             for candidate in (d / f"{arg}.yaml", d / arg):

@@ -25,6 +25,59 @@ BUCKETS: tuple[tuple[str, str, str], ...] = (
 _BIGGEST = {"weights": "weights", "kv_cache": "kv", "activation": "activation", "overhead": "overhead"}
 
 
+MAX_BYTES = 2**60
+"""A byte count past 1 EiB is no machine's, and past float's range a width cannot be drawn from it."""
+
+# Plan.to_json keys the page reads as byte counts, and as plain numbers; a run record is a file anyone can edit.
+_BYTE_FIELDS = ("machine_total_bytes", *(f for _, _, f in BUCKETS), "kv_bytes_per_token", "state_request_bytes",
+                "non_torch_bytes", "cudagraph_bytes", "cuda_context_bytes")  # fmt: skip
+_NUMBER_FIELDS = ("max_model_len", "users", "max_users", "gpu_memory_utilization")
+
+
+class NotARecord(ValueError):
+    """A plan, diff or log facts in a run record that the page cannot be drawn from; the message names the key."""
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and abs(v) <= MAX_BYTES
+
+
+def check_plan(plan: object, where: str = "predicted") -> dict[str, Any]:
+    """`plan` when the page can be drawn from it: a mapping whose byte counts and numbers are numbers within
+    1 EiB (NaN and infinity are not). Raises NotARecord naming the first key that is not."""
+    if not isinstance(plan, dict):
+        raise NotARecord(f"{where} is not a mapping")
+    for key in ("machine_total_bytes", "weights_bytes", "kv_need_bytes", "activation_peak_bytes", "overhead_bytes",
+                "os_reserve_bytes", "kv_bytes_per_token", "machine", "profile", "model", "users", "max_model_len",
+                "fits"):  # fmt: skip
+        if key not in plan:
+            raise NotARecord(f"{where} lacks '{key}'")
+    for key in _BYTE_FIELDS + _NUMBER_FIELDS:
+        v = plan.get(key)
+        if v is None and key not in ("machine_total_bytes", "weights_bytes", "kv_need_bytes", "kv_bytes_per_token"):
+            continue
+        if not _is_number(v):
+            raise NotARecord(f"{where}.{key} is not a number within 1 EiB: {str(v)[:40]!r}")
+    if not isinstance(plan.get("activation") or {}, dict):
+        raise NotARecord(f"{where}.activation is not a mapping")
+    for key in ("reasons", "fixes", "vllm_argv"):
+        if not isinstance(plan.get(key) or [], list):
+            raise NotARecord(f"{where}.{key} is not a list")
+    return plan
+
+
+def _check_diff(diff: dict[str, Any]) -> None:
+    rows = diff.get("rows") or {}
+    if not isinstance(rows, dict):
+        raise NotARecord("diff.rows is not a mapping")
+    for bucket, r in rows.items():
+        if not isinstance(r, dict):
+            raise NotARecord(f"diff.rows.{bucket} is not a mapping")
+        for key in ("predicted", "logged", "delta", "delta_pct"):
+            if r.get(key) is not None and not _is_number(r[key]):
+                raise NotARecord(f"diff.rows.{bucket}.{key} is not a number: {str(r[key])[:40]!r}")
+
+
 def _bytes(plan: dict[str, Any], key: str, field: str) -> int:
     """A bucket's bytes: a hybrid's Mamba / linear-attention state is drawn apart from its KV cache."""
     state = int(plan.get("state_need_bytes") or 0)
@@ -190,6 +243,11 @@ def page_data(
     """Everything report.html.j2 shows: plans[0] is the main plan (its table), every plan gets a bar."""
     if not plans:
         raise ValueError("a report needs at least one plan")
+    plans = [check_plan(p) for p in plans]
+    if diff:
+        _check_diff(diff)
+    if logged and logged.get("failure") is not None and not isinstance(logged["failure"], dict):
+        raise NotARecord("logged.failure is not a mapping")
     main = plans[0]
     scale = max(max(int(p["machine_total_bytes"]), used_bytes(p)) for p in plans) or 1
     failure = (logged or {}).get("failure") or None

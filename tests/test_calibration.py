@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 from pathlib import Path
 
@@ -80,6 +81,9 @@ def test_calibration_keeps_the_safety_checks() -> None:
     assert "calibrated from 3 run(s) of vLLM 0.19.0 on this dgx-spark" in r2.stdout
     r3 = CliRunner().invoke(main, [*base, "--no-calibration"])
     assert "calibrated" not in r3.stdout
+    assert "VLAUNCH_NO_CALIBRATION" not in os.environ  # an argument, not process state
+    r4 = CliRunner().invoke(main, [*base, "--free-gib", "30"])
+    assert "calibrated from 3 run(s)" in r4.stdout  # the next plan in the same process calibrates again
 
 
 def test_calibrate_command_from_logs(tmp_path: Path) -> None:

@@ -795,11 +795,6 @@ def test_fuzz_mutated_and_truncated_real_logs(name: str, edits: list[tuple[str, 
 # --- known bugs (xfail strict: a fix makes these pass, then remove the marker) ------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a wrap inside a number: _feed joins the halves with a space ('8, 192', '58. 11'), so the _N pattern "
-    "reads a different or no number; a terminal hard-wrap at a fixed column splits numbers",
-)
 @pytest.mark.parametrize(
     ("needle", "after", "attr", "value"),
     [
@@ -848,12 +843,6 @@ STREAM_KEYWORD_WRAPS = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="parse_stream's pre-filter (_scan) yields keyword lines and the line AFTER them; when a wrap splits "
-    "the keyword itself ('Available KV' / 'cache memory: …') or puts it in the second half ('with config:'), "
-    "the first half is never fed, so the join that parse_text makes cannot happen",
-)
 @pytest.mark.parametrize(
     ("needle", "after", "attr", "value"), STREAM_KEYWORD_WRAPS, ids=[w[1] for w in STREAM_KEYWORD_WRAPS]
 )

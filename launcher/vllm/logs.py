@@ -7,17 +7,26 @@ stages' `STAGE_TRIGGERS` are derived from it. The log text is not a stable inter
 spec. Patterns never anchor at the line start: vLLM prefixes lines with process names, levels, timestamps and
 file:line.
 
-`LogParser.feed(line)` takes one line at a time (the live watcher of `serve` uses it); `parse_stream` reads
-any file in constant memory, handing the parser only the lines that can matter (a keyword pre-filter over
-large chunks keeps request-log noise away from the regexes).
+`LogParser.feed(line)` takes one line at a time (the live watcher of `serve` uses it); `parse_text` and
+`parse_stream` read a whole log and state the same facts. `parse_stream` reads any file in constant memory,
+handing the parser only the lines that can matter, found with bytes searches over large chunks (see "streaming
+over files" below): request-log noise, keyword-dense lines, a start-up repeated a thousand times and a 50 MB line
+never reach the regexes line by line. What the parser reads of a log:
+
+- a line's first LINE_CAP characters (64 KiB);
+- a record that goes on over several lines (a forum's or a terminal's wrap, vLLM's prefix repeated on every line
+  of a multi-line message) as one, as well as each line;
+- the last boot, when the log holds several (each boot banner starts one);
+- once the API server is up, only the lines that can say something new: a new boot, a runtime failure.
 """
 
 from __future__ import annotations
 
 import ast
 import contextlib
+import re as std_re
 from collections import deque
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import field
 from enum import Enum
 from typing import IO, Any
@@ -65,6 +74,10 @@ class Pattern:
     def search(self, line: str) -> re.Match[str] | None:
         return self.regex.search(line)
 
+    @property
+    def keywords_bytes(self) -> tuple[bytes, ...]:
+        return tuple(k.encode() for k in self.keywords)
+
     def finditer(self, text: str) -> Iterator[re.Match[str]]:
         return self.regex.finditer(text)
 
@@ -98,10 +111,25 @@ VERSION = _p(
     "version 0.19.0",
     versions="banner 0.11+; 'vLLM API server version' 0.4-0.10; engine line V0 0.6-0.10, V1 0.8+",
     source="entrypoints/utils.py (banner); entrypoints/openai/api_server.py; v1/engine/core.py",
-    keywords=("version", "config"),  # the engine line holds "with config:"
+    keywords=("version", "LLM engine (v"),
     variants=(
         "(APIServer pid=1) INFO 09-10 23:26:20 [api_server.py:1805] vLLM API server version 0.10.1.1",
         "INFO 05-30 16:22:20 llm_engine.py:234] Initializing a V0 LLM engine (v0.7.2) with config: model='Qwen/…'",
+    ),
+)
+BOOT_BANNER = _p(
+    "boot_banner",
+    r"(?:vLLM API server version|█     █     █ ▀▄▀ █\s+version) "
+    r"v?(?P<version>\d+\.\d+(?:\.\d+)*(?:\.?(?:post|dev|rc)\d+)?)",
+    example="(APIServer pid=1) INFO 04-22 00:02:45 [entrypoints/utils.py:299]  ▄▄ ▄█ █     █     █ ▀▄▀ █  "
+    "version 0.19.0",
+    versions="'vLLM API server version' 0.4-0.10; the logo banner 0.11+ (this logo in 0.19 and 0.32)",
+    source="entrypoints/openai/api_server.py (≤0.10); entrypoints/utils.py log_version_and_model (0.11+): the API "
+    "server prints it once, first, when it starts",
+    keywords=("vLLM API server version", "█     █     █ ▀▄▀ █"),
+    variants=(
+        "(APIServer pid=1009) INFO 09-10 23:26:12 [api_server.py:1805] vLLM API server version 0.10.1.1",
+        "INFO 08-12 10:02:11 api_server.py:339] vLLM API server version 0.5.4",
     ),
 )
 ENGINE_CONFIG = _p(
@@ -112,7 +140,7 @@ ENGINE_CONFIG = _p(
     "dtype=torch.bfloat16, max_seq_len=32768, tensor_parallel_size=1, pipeline_parallel_size=1",
     versions="V0 0.6-0.10; V1 0.8+ ('Initializing a V1 LLM engine (v0.8.5) with config')",
     source="v1/engine/core.py: 'Initializing a V1 LLM engine (v%s) with config: %s' (VllmConfig.__str__)",
-    keywords=("config",),
+    keywords=("with config: ",),
 )
 NON_DEFAULT_ARGS = _p(
     "non_default_args",
@@ -231,7 +259,7 @@ KV_BYTES_RESERVED = _p(
     "kv_cache_memory_bytes config and skipped memory profiling.",
     versions="0.11+ (--kv-cache-memory)",
     source="v1/worker/gpu_worker.py",
-    keywords=("GiB",),
+    keywords=("as specified by kv_cache_memory_bytes",),
 )
 V0_BUDGET = _p(
     "v0_budget",
@@ -240,7 +268,7 @@ V0_BUDGET = _p(
     "gpu_memory_utilization (0.50) = 7.28GiB",
     versions="V0 0.6.5-0.10.2 (one record on three lines)",
     source="worker/worker.py",
-    keywords=("GiB",),
+    keywords=("x gpu_memory_utilization (",),
 )
 V0_BREAKDOWN = _p(
     "v0_breakdown",
@@ -250,7 +278,7 @@ V0_BREAKDOWN = _p(
     "activation peak memory takes 2.02GiB; the rest of the memory reserved for KV Cache is 2.36GiB.",
     versions="V0 0.6.5-0.10.2",
     source="worker/worker.py",
-    keywords=("GiB",),
+    keywords=("model weights take ",),
 )
 V0_PROFILE_064 = _p(
     "v0_profile_064",
@@ -284,7 +312,7 @@ FREE_ON_DEVICE = _p(
     example=_GPU_SUMMARY,
     versions=_GPU_SUMMARY_VERSIONS,
     source="v1/worker/gpu_worker.py",
-    keywords=("emory", "startup"),
+    keywords=("Free memory on device",),
 )
 DESIRED_UTIL = _p(
     "desired_util",
@@ -292,7 +320,7 @@ DESIRED_UTIL = _p(
     example=_GPU_SUMMARY,
     versions=_GPU_SUMMARY_VERSIONS,
     source="v1/worker/gpu_worker.py",
-    keywords=("emory",),
+    keywords=("GPU memory utilization",),
     flags=re.IGNORECASE,
 )
 ACTUAL_USAGE = _p(
@@ -302,7 +330,7 @@ ACTUAL_USAGE = _p(
     example=_GPU_SUMMARY,
     versions="0.10.2-0.26",
     source="v1/worker/gpu_worker.py",
-    keywords=("GiB",),
+    keywords=("Actual usage is ",),
 )
 ACTUAL_USAGE_027 = _p(
     "actual_usage_027",
@@ -312,7 +340,7 @@ ACTUAL_USAGE_027 = _p(
     "0.91 GiB for CUDAGraph memory.",
     versions="0.27+ (written from the format string)",
     source="v1/worker/gpu_worker.py: 'Actual usage is {} GiB for consumed memory (weights + non-torch), …'",
-    keywords=("GiB",),
+    keywords=("Actual usage is ",),
 )
 KV_MEMORY_SUGGESTION = _p(
     "kv_memory_suggestion",
@@ -321,7 +349,7 @@ KV_MEMORY_SUGGESTION = _p(
     example=_GPU_SUMMARY,
     versions=_GPU_SUMMARY_VERSIONS,
     source="v1/worker/gpu_worker.py",
-    keywords=("emory",),
+    keywords=("--kv-cache-memory=",),
 )
 
 # --- CUDA graphs -----------------------------------------------------------------------------------------------
@@ -344,7 +372,7 @@ CUDAGRAPH_ESTIMATE = _p(
     "memory: 0.84 GiB total",
     versions="0.18+. Negative on unified memory: '-4.74 GiB total' (DGX Spark)",
     source="v1/worker/gpu_model_runner.py: 'Estimated CUDA graph memory: %.2f GiB total'",
-    keywords=("GiB",),
+    keywords=("Estimated CUDA graph memory: ",),
     variants=("Estimated CUDA graph memory: -4.74 GiB total",),
 )
 CUDAGRAPH_POOL = _p(
@@ -353,7 +381,7 @@ CUDAGRAPH_POOL = _p(
     example="CUDA graph pool memory: 0.91 GiB (actual), 0.84 GiB (estimated), difference: 0.07 GiB (8.3%).",
     versions="0.18+ (written from the format string)",
     source="v1/worker/gpu_worker.py: 'CUDA graph pool memory: %s GiB (actual), %s GiB (estimated), difference: …'",
-    keywords=("GiB",),
+    keywords=("CUDA graph pool memory: ",),
 )
 
 # --- the pool --------------------------------------------------------------------------------------------------
@@ -379,7 +407,7 @@ MAX_CONCURRENCY = _p(
     "tokens per request: 58.11x",
     versions="V1 with commas; V0 0.6.3+ without",
     source="v1/core/kv_cache_utils.py",
-    keywords=("tokens per",),
+    keywords=("Maximum concurrency for ",),
 )
 V0_BLOCKS = _p(
     "v0_blocks",
@@ -399,7 +427,7 @@ OVERRIDE_BLOCKS = _p(
     example="Overriding num_gpu_blocks=29773 with num_gpu_blocks_override=512",
     versions="0.4+ (written from the format string)",
     source="v1/core/kv_cache_utils.py: 'Overriding num_gpu_blocks=%d with num_gpu_blocks_override=%d'",
-    keywords=("blocks",),
+    keywords=("Overriding num_gpu_blocks=",),
 )
 CPU_AUTO_SET = _p(
     "cpu_auto_set",
@@ -429,7 +457,7 @@ AUTO_FIT = _p(
     example="Auto-fit max_model_len: reduced from 131072 to 40960 to fit in available KV cache memory (5.0 GiB)",
     versions="0.30+ (written from the format string)",
     source="v1/core/kv_cache_utils.py: 'Auto-fit max_model_len: reduced from %d to %d to fit in available KV …'",
-    keywords=("Auto",),
+    keywords=("Auto-fit max_model_len: ",),
     variants=("Auto-fit max_model_len: full model context length 32768 fits in available KV cache memory (9.2 GiB)",),
 )
 
@@ -566,10 +594,26 @@ API_READY = _p(
     example="(APIServer pid=13649) INFO 11-29 20:31:00 [launcher.py:186] Available routes are:",
     versions="all",
     source="entrypoints/openai/api_server.py, entrypoints/launcher.py, uvicorn",
-    keywords=("startup", "API server", "routes"),
+    keywords=("Application startup complete", "Starting vLLM API server", "Available routes are"),
     variants=(
         "INFO:     Application startup complete.",
         "(APIServer pid=1) INFO 04-22 00:04:30 [api_server.py:1] Starting vLLM API server 0 on http://0.0.0.0:8000",
+    ),
+)
+
+REQUEST_TRAFFIC = _p(
+    "request_traffic",
+    r'Received request \S+: |Added request \S+\.|Finished request \S+\.| HTTP/1\.1" \d{3}',
+    example='INFO:     127.0.0.1:37220 - "GET /metrics HTTP/1.1" 200 OK',
+    versions="uvicorn's access log, all; 'Received request' with request logging; 'Added request', 'Finished "
+    "request' V1 (written from the format strings). Each is printed only once the API server serves",
+    source="uvicorn; entrypoints/logger.py; v1/engine/async_llm.py",
+    keywords=("Received request ", "Added request ", "Finished request ", ' HTTP/1.1" '),
+    variants=(
+        "(APIServer pid=1) INFO 04-22 00:05:01 [entrypoints/logger.py:40] Received request cmpl-3f2a-0: prompt: "
+        "'Hello', params: SamplingParams(n=1, temperature=0.7, max_tokens=16), prompt_token_ids: None",
+        "(APIServer pid=1) INFO 04-22 00:05:01 [v1/engine/async_llm.py:270] Added request cmpl-3f2a-0.",
+        "(APIServer pid=1) INFO 04-22 00:05:02 [v1/engine/async_llm.py:310] Finished request cmpl-3f2a-0.",
     ),
 )
 
@@ -584,7 +628,7 @@ GATE_GPU = _p(
     "Decrease GPU memory utilization or reduce GPU memory used by other processes.",
     versions="0.9.1+",
     source="v1/worker/utils.py request_memory",
-    keywords=("emory", "startup"),
+    keywords=("Free memory on device",),
 )
 GATE_CPU = _p(
     "gate_cpu",
@@ -595,20 +639,27 @@ GATE_CPU = _p(
     "on node 0 (8.53/9.84 GiB) on startup is less than desired CPU memory utilization (0.99, 9.74 GiB).",
     versions="CPU backend 0.20+",
     source="v1/worker/cpu_worker.py",
-    keywords=("emory", "startup"),
+    keywords=("Available memory on node ",),
 )
 KV_TOO_SMALL_V1 = _p(
     "kv_too_small_v1",
     r"To serve at least one request with the models?'s max seq len "
-    rf"\((?P<mml>\d+)\),? \((?P<need>{_N}) Gi?B KV cache is "
+    rf"\((?P<mml>\d+)\),? \(?(?P<need>{_N}) Gi?B KV cache is "
     rf"needed, which is larger than the available KV cache memory \((?P<avail>{_N}) Gi?B\)\.(?: ?Based on the "
     rf"available memory,(?: the estimated maximum model length is (?P<est>\d+))?)?",
     example="ValueError: To serve at least one request with the model's max seq len (131072), (4.54 GiB KV cache is "
     "needed, which is larger than the available KV cache memory (1.71 GiB). Based on the available memory, the "
     "estimated maximum model length is 49360.",
-    versions="V1 0.8.4+ ('models's' before 0.22); GB in 0.8.0-0.8.2",
+    versions="V1 0.8.4+ ('models's' before 0.22); GB in 0.8.0-0.8.2; without the '(' before the needed memory in "
+    "later versions (the variant, as users paste it into issues)",
     source="v1/core/kv_cache_utils.py _check_enough_kv_cache_memory",
     keywords=("max seq len",),
+    variants=(
+        "ValueError: To serve at least one request with the model's max seq len (196608), 23.25 GiB KV cache is "
+        "needed, which is larger than the available KV cache memory (22.5 GiB). Based on the available memory, the "
+        "estimated maximum model length is 190272. Try increasing `gpu_memory_utilization` or decreasing "
+        "`max_model_len` when initializing the engine.",
+    ),
 )
 KV_TOO_SMALL_V0 = _p(
     "kv_too_small_v0",
@@ -628,7 +679,7 @@ NO_KV_MEMORY = _p(
     "initializing the engine.",
     versions="all; 'Cannot auto-fit' 0.30+",
     source="v1/core/kv_cache_utils.py",
-    keywords=("emory",),
+    keywords=("No available memory for the cache blocks", "Cannot auto-fit max_model_len"),
     variants=("ValueError: Cannot auto-fit max_model_len: not enough GPU memory for the KV cache",),
 )
 WORKER_KILLED = _p(
@@ -638,7 +689,7 @@ WORKER_KILLED = _p(
     "unexpectedly (exit code: -9), shutting down executor.",
     versions="V1 multiprocessing executor (seen in 0.32)",
     source="v1/executor/multiproc_executor.py",
-    keywords=("died unexpectedly",),
+    keywords=("died unexpectedly (exit code: ",),
 )
 CUDA_OOM = _p(
     "cuda_oom",
@@ -646,10 +697,12 @@ CUDA_OOM = _p(
     example="ERROR 04-07 15:55:35 [engine.py:448] RuntimeError: CUDA error: out of memory",
     versions="all (torch)",
     source="torch; v1/worker/gpu_model_runner.py _dummy_sampler_run",
-    keywords=("emory",),
+    keywords=("out of memory", "OutOfMemoryError"),
     variants=(
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
         "79.19 GiB of which 1.20 GiB is free.",
+        "RuntimeError: CUDA out of memory occurred when warming up sampler with 256 dummy requests. Please try "
+        "lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine.",
     ),
 )
 SAMPLER_OOM = _p(
@@ -660,7 +713,7 @@ SAMPLER_OOM = _p(
     "`gpu_memory_utilization` when initializing the engine.",
     versions="V1 0.8+",
     source="v1/worker/gpu_model_runner.py _dummy_sampler_run",
-    keywords=("emory",),
+    keywords=("warming up sampler with ",),
 )
 GRAPH_CAPTURE_FRAME = _p(
     "graph_capture_frame",
@@ -680,12 +733,14 @@ INVALID_CONFIG = _p(
     r"|current platform (?P<platform>\w+) does not support ray",
     example="(EngineCore pid=29142) ERROR 11-29 21:17:43 [core.py:1510] ValueError: current platform cpu does not "
     "support ray.",
-    versions="all",
+    versions="all; pydantic's 'Value error, …' from 0.10 (that variant written from the format string)",
     source="config/model.py, config/parallel.py, v1/executor",
-    keywords=("rror",),
+    keywords=("Error: ", "Value error, "),  # its messages are an exception's (pydantic's from 0.10)
     variants=(
         "ValueError: User-specified max_model_len (200000) is greater than the derived max_model_len "
         "(max_position_embeddings=131072 or model_max_length=None in model's config.json).",
+        "(APIServer pid=1)   Value error, User-specified max_model_len (200000) is greater than the derived "
+        "max_model_len (max_position_embeddings=131072 or model_max_length=None in model's config.json).",
     ),
 )
 ERROR_LINE = _p(
@@ -695,7 +750,11 @@ ERROR_LINE = _p(
     "support ray.",
     versions="all (a Python exception)",
     source="Python",
-    keywords=("rror",),
+    keywords=("Error: ", "Exception: "),
+    variants=(
+        "(EngineCore pid=14315) ERROR 11-29 20:33:13 [core.py:1510] Exception: WorkerProc initialization failed due "
+        "to an exception in a background process. See stack trace for root cause.",
+    ),
 )
 ENGINE_INIT_FAILED = _p(
     "engine_init_failed",
@@ -703,7 +762,7 @@ ENGINE_INIT_FAILED = _p(
     example="(EngineCore pid=29142) ERROR 11-29 21:17:43 [core.py:1510] EngineCore failed to start.",
     versions="V1",
     source="v1/engine/core.py; v1/engine/utils.py",
-    keywords=("failed",),
+    keywords=("Engine core initialization failed", "EngineCore failed to start"),
     variants=(
         "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {'EngineCore': 1}",
     ),
@@ -810,7 +869,13 @@ ADDRESS_IN_USE = _p(
     "after 'Application startup complete'); ZMQ and torch.distributed ports for the engine's own sockets",
     source="entrypoints/launchers/launcher.py create_server_socket (sock.bind); uvicorn/server.py (asyncio "
     "create_server); zmq; torch c10d TCPStore",
-    keywords=("Errno 98", "Errno 48", "Address already in use", "EADDRINUSE"),
+    keywords=(
+        "Errno 98",
+        "Errno 48",
+        "Address already in use",
+        "EADDRINUSE",
+        "error while attempting to bind on address",
+    ),
     variants=(
         "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 8000): address already in use",
         "OSError: [Errno 48] Address already in use",
@@ -831,7 +896,7 @@ HF_GATED = _p(
     versions="huggingface_hub 0.14+ (the server's message); transformers 4.3x+ 'You are trying to access a gated repo'",
     source="huggingface_hub utils/_http.py hf_raise_for_status: 'Cannot access gated repo for url {url}.' + the "
     "server's X-Error-Message; transformers utils/hub.py cached_files",
-    keywords=("GatedRepoError", "gated repo", "is restricted"),
+    keywords=("GatedRepoError", "gated repo", "Access to model "),
     variants=(
         "huggingface_hub.errors.GatedRepoError: 401 Client Error. (Request ID: "
         "Root=1-6808ef3a-0b7c2f1e5d3a4b6c7d8e9f01;3f1c8a2e-4b5d-4e6f-8a7b-9c0d1e2f3a4b)",
@@ -931,7 +996,7 @@ OUT_OF_DISK = _p(
 # --- the registry, and what is derived from it -----------------------------------------------------------------
 
 PATTERNS: tuple[Pattern, ...] = (
-    VERSION, ENGINE_CONFIG, NON_DEFAULT_ARGS, CHUNKED_PREFILL,
+    BOOT_BANNER, VERSION, ENGINE_CONFIG, NON_DEFAULT_ARGS, CHUNKED_PREFILL,
     LOAD_START, WEIGHTS_LOADED, MEMORY_PROFILING, GRAPH_CAPTURE_START, WARMUP, STARTUP_COMPLETE,
     MODEL_LOADING, AVAILABLE_KV, KV_BYTES_RESERVED, V0_BUDGET, V0_BREAKDOWN, V0_PROFILE_064, FREE_ON_DEVICE,
     DESIRED_UTIL, ACTUAL_USAGE, ACTUAL_USAGE_027, KV_MEMORY_SUGGESTION,
@@ -939,7 +1004,7 @@ PATTERNS: tuple[Pattern, ...] = (
     KV_CACHE_SIZE, MAX_CONCURRENCY, V0_BLOCKS, OVERRIDE_BLOCKS, CPU_AUTO_SET, CPU_EXPLICIT_SET, AUTO_FIT,
     ATTN_BLOCK_SIZE, KV_BLOCK_SIZE, MAMBA_PADDING, PADDING_LAYERS, MAMBA_CACHE_MODE, SSM_DTYPE_RESET, MAMBA_SSM_DTYPE,
     KV_GROUP_SIZES, PAGE_SIZES_NOT_UNIFIED, HYBRID_MANAGER_DISABLED,
-    INIT_ENGINE, API_READY,
+    INIT_ENGINE, API_READY, REQUEST_TRAFFIC,
     GATE_GPU, GATE_CPU, KV_TOO_SMALL_V1, KV_TOO_SMALL_V0, NO_KV_MEMORY, WORKER_KILLED, CUDA_OOM, SAMPLER_OOM,
     GRAPH_CAPTURE_FRAME,
     INVALID_CONFIG, ERROR_LINE, ENGINE_INIT_FAILED,
@@ -1216,18 +1281,53 @@ class _RepoAccess:
 
 
 class LogParser:
-    """Feed it lines; read `.facts`. Never raises on any input."""
+    """Feed it lines; read `.facts`. Never raises on any input.
+
+    A pattern is tried on a line only when the line holds one of its keywords (what the stream pre-filter looks
+    for, so `parse_text` and `parse_stream` read the same). A line that does not start a record (see
+    `_continues`) continues the one before: the record they make is matched too, so a statement wrapped by a
+    terminal or a forum is read. A boot banner starts a new boot: a log holding several (a service that restarted)
+    states its last. Once the API server is up (`serving`), only the lines that hold one of AFTER_BOOT_KEYWORDS are
+    read (a new boot, a runtime failure), each alone; the rest is request traffic. So it is after DRY_LINES lines in a
+    row that hold keywords and state nothing (prose or prompts quoting vLLM's words, not a start-up): a real start-up
+    states something every few lines, and a boot banner reads it again from there."""
 
     def __init__(self) -> None:
         self.facts = LogFacts()
-        self._prev = ""
-        self._prev_single = ""
-        self._cur = ""
+        self._line = ""  # the previous line, cleaned
+        self._line_prefix = ""  # its record prefix (`_prefix`)
+        # The record the previous line ends, as its lines (the first whole, then what each continuation adds) and
+        # how each break joins (`_SOFT`, `_HARD`, or either: `_EITHER_SOFT` / `_EITHER_HARD` say which on a tie);
+        # no lines when the next line cannot continue it.
+        self._pieces: list[str] = []
+        self._breaks: list[int] = []
+        self._record = ""  # the record read so far
+        self._record_prefix = ""  # the prefix of its first line
+        self._hard: dict[int, bool] = {}  # how `_record` reads the breaks that could be either
+        self._boots = 0  # boot banners read
+        self._traffic = False  # a request-time line was read: the API server is up, whatever the log began with
+        self._before = ""  # while matching a continued record: the record before this line
+        self._cur = ""  # and this line alone
+        self._error_in_record = False  # an error message of the current record is the last of `_error_lines`
+        self._m = 0  # the patterns whose keywords the text being matched holds (bits of `_BIT`)
+        self._cont = False  # the text being matched is a continued record
+        self._found: dict[str, re.Match[str] | None] = {}  # its searches so far, by pattern
+        self._config_set: set[str] = set()  # the facts the last engine-config line set
         self._recent: deque[str] = deque(maxlen=6)
         self._error_lines: list[str] = []
         self._engine_failed = False
         self._hints: dict[str, Failure] = {}  # the environment failures warnings hint at, by kind
+        self._pending: dict[str, Failure] = {}  # those hinted since the last line vLLM printed: a new boot's own
         self._repo = _RepoAccess()
+        self._hits = 0  # pattern searches that matched
+        self._dry = 0  # lines in a row that held keywords and matched no pattern
+        self._junk = False  # DRY_LINES such lines: text quoting vLLM's words, not a start-up (see `serving`)
+
+    @property
+    def serving(self) -> bool:
+        """The API server is up (it said so, or requests are being served: a log that begins after the start-up)
+        and nothing failed: only the lines holding an AFTER_BOOT_KEYWORDS keyword can change the facts now."""
+        return (self.facts.api_ready or self._traffic or self._junk) and self.facts.failure is None
 
     # -- public --
     def feed(self, line: str) -> None:
@@ -1276,61 +1376,177 @@ class LogParser:
         return f
 
     # -- internals --
+    def _gap(self) -> None:
+        """Lines were left out here (`parse_stream` skips lines that cannot matter): the next one continues
+        nothing."""
+        self._line = self._line_prefix = ""
+        self._end_record()
+
+    def _end_record(self) -> None:
+        self._pieces, self._breaks, self._record, self._hard = [], [], "", {}
+
     def _feed(self, raw: str) -> None:
         f = self.facts
         f.lines_read += 1
-        line = raw[:20000].replace("\r", "").rstrip("\n")
-        if "\x1b" in line:
-            line = ANSI.sub("", line)
-        joined = None
-        if self._prev and not _looks_like_record_start(line):
-            joined = self._prev + " " + line.strip()
-        self._prev_single = self._prev
-        self._cur = line
-        self._prev = line if len(line) < 4000 else ""
-        self._match(line)
-        if joined is not None:
-            self._match(joined, continuation=True)
+        line = clean(raw)
+        if self.serving:
+            self._line, self._line_prefix = line, ""
+            self._end_record()
+            if any(k in line for k in _SERVING_STR):
+                self._match(line)
+                self._recent.append(line[-300:])
+            return
+        piece = self._continues(line)
+        prev = self._line
+        self._line, self._line_prefix = line, _prefix(line)
+        boots = self._boots
+        hits = self._hits
+        if piece is None:
+            self._error_in_record = False
+            self._end_record()
+            if len(line) < _RECORD_CAP:
+                self._pieces, self._record, self._record_prefix = [line], line, self._line_prefix
+            self._match(line)
+        else:
+            before = self._record
+            self._breaks.append(_break_kind(prev, self._pieces[-1], piece))
+            self._pieces.append(piece)
+            joined = self._record = self._read_record()
+            self._match(line)
+            if self._boots == boots:  # a banner on this line starts a boot: the record before is not continued
+                self._before, self._cur = before, line
+                self._match(joined, continuation=True)
+                if len(joined) >= _RECORD_CAP:
+                    self._end_record()
         self._recent.append(line[-300:])
+        if self._boots == boots and self._m:  # the line held keywords (a new boot resets the count)
+            self._dry = 0 if self._hits != hits else self._dry + 1
+            if self._dry >= DRY_LINES:
+                self._junk = True
+                self._end_record()
+
+    def _continues(self, line: str) -> str | None:
+        """What `line` adds to the record before it, or None when it starts a record. It continues one when it does
+        not look like a record start, or when it repeats the prefix (process tag, logger header) of the previous
+        line or of the record's first before text that does not (vLLM prefixes every line of a multi-line message;
+        a terminal's wrap leaves the lines it adds without one)."""
+        if not self._pieces:
+            return None
+        if not _looks_like_record_start(line):
+            return line
+        for pre in (self._line_prefix, self._record_prefix):
+            if pre and line.startswith(pre):
+                rest = line[len(pre) :]
+                if not _looks_like_record_start(rest):
+                    return rest
+        return None
+
+    def _read_record(self) -> str:
+        """The record, each break read the way that lets the patterns read most across the breaks that could be
+        either (on a tie, their defaults). A forum's re-wrap put a line end where a space was: join with a space. A
+        terminal's hard wrap cut at a fixed column, inside a word or a number: join as is."""
+        either = [i for i, k in enumerate(self._breaks) if k >= _EITHER_SOFT]
+        keep = max(0, len(either) - _MAX_EITHER)
+        for i in either[:keep]:  # the oldest keep the reading they have
+            self._breaks[i] = _HARD if self._hard.get(i, self._breaks[i] == _EITHER_HARD) else _SOFT
+        either = either[keep:]
+        default = {i: self._breaks[i] == _EITHER_HARD for i in either}
+        best, best_score, best_flips, best_hard = "", -1, 0, default
+        for flips in range(1 << len(either)):
+            hard = {i: default[i] != bool(flips >> k & 1) for k, i in enumerate(either)}
+            text, at = self._join(hard)
+            score = _read_across(text, [at[i] for i in either]) if either else 0
+            n = bin(flips).count("1")
+            if score > best_score or (score == best_score and n < best_flips):
+                best, best_score, best_flips, best_hard = text, score, n, hard
+        self._hard = best_hard
+        return best
+
+    def _join(self, hard: dict[int, bool]) -> tuple[str, dict[int, int]]:
+        """The record with each break read as `hard` says (or as its kind fixes it); where each break is in it."""
+        parts = [self._pieces[0]]
+        n = len(parts[0])
+        at: dict[int, int] = {}
+        for i, (kind, piece) in enumerate(zip(self._breaks, self._pieces[1:], strict=True)):
+            if hard.get(i, kind == _HARD):
+                add = piece
+                at[i] = n
+            else:
+                add = " " + piece.strip()
+                at[i] = n + 1
+            parts.append(add)
+            n += len(add)
+        return "".join(parts), at
+
+    def _new_boot(self) -> None:
+        """A boot banner: what the log said before belongs to an earlier boot. The environment warnings printed
+        since vLLM's last line (before this banner) belong to this one."""
+        old, old_boots = self.facts, self._boots
+        carried = self._pending
+        repo = self._repo if "repo_access" in carried else _RepoAccess()
+        self.__init__()  # type: ignore[misc]
+        self.facts.recognised, self.facts.lines_read, self.facts.source = old.recognised, old.lines_read, old.source
+        self._hints, self._repo = dict(carried), repo
+        self._boots = old_boots + 1
+
+    def _s(self, p: Pattern, line: str) -> re.Match[str] | None:
+        """`p.search(line)`, when the line holds one of p's keywords (once per text: `_match` clears `_found`)."""
+        if not self._m & _BIT[p.name]:
+            return None
+        if p.name not in self._found:
+            found = self._found[p.name] = p.regex.search(line)
+            self._hits += found is not None
+        return self._found[p.name]
 
     def _match(self, line: str, continuation: bool = False) -> None:
         f = self.facts
-        if not f.recognised:
-            f.recognised = vllm_line(line)
-        if f.vllm_version is None and (m := VERSION.search(line)) and any(k in line for k in _VERSION_CONTEXT):
+        self._m = m0 = _mask_of(line)
+        self._cont = continuation
+        self._found = {}
+        s = self._s
+        if not m0:
+            return
+        if not continuation and s(BOOT_BANNER, line):
+            self._new_boot()
+            f = self.facts
+            self._m, self._cont, self._found = m0, continuation, {}
+        if (self._pending or not f.recognised) and _vllm_line(line, m0, s):
+            self._pending = {}
+            f.recognised = True
+        if f.vllm_version is None and (m := s(VERSION, line)) and any(k in line for k in _VERSION_CONTEXT):
             f.vllm_version = m["version"]
-        if m := ENGINE_CONFIG.search(line):
+        if m := s(ENGINE_CONFIG, line):
             if m["engine"]:
                 f.engine = m["engine"].lower()
-            self._engine_config(m["config"])
-        if (m := NON_DEFAULT_ARGS.search(line)) and not continuation:
+            self._engine_config(m["config"], continuation)
+        if m := s(NON_DEFAULT_ARGS, line):  # a dict cut by a wrap does not parse: only a whole one counts
             self._non_default(m["args"])
-        if m := CHUNKED_PREFILL.search(line):
+        if m := s(CHUNKED_PREFILL, line):
             f.max_num_batched_tokens = int(m["mnbt"])
-        if m := MODEL_LOADING.search(line):
+        if m := s(MODEL_LOADING, line):
             v = number(m["gib"])
             if not continuation or self._new_in_join(MODEL_LOADING):
                 f.per_worker_loading_gib.append(v)
                 f.model_loading_gib = max(f.per_worker_loading_gib)
-        if m := AVAILABLE_KV.search(line):
+        if m := s(AVAILABLE_KV, line):
             if not continuation or self._new_in_join(AVAILABLE_KV):
                 f.per_worker_available_kv_gib.append(number(m["gib"]))
                 f.available_kv_gib = min(f.per_worker_available_kv_gib)
             f.engine = f.engine or "v1"
-        if m := KV_BYTES_RESERVED.search(line):
+        if m := s(KV_BYTES_RESERVED, line):
             f.available_kv_gib = number(m["gib"])
-        if m := V0_BUDGET.search(line):
+        if m := s(V0_BUDGET, line):
             f.total_memory_gib = number(m["total"])
             f.gpu_memory_utilization = f.gpu_memory_utilization or number(m["util"])
             f.requested_memory_gib = number(m["budget"])
             f.engine = f.engine or "v0"
-        if m := V0_BREAKDOWN.search(line):
+        if m := s(V0_BREAKDOWN, line):
             f.weights_gib = number(m["weights"])
             f.non_torch_gib = number(m["non_torch"])
             f.activation_gib = number(m["activation"])
             f.available_kv_gib = number(m["kv"])
             f.engine = f.engine or "v0"
-        if m := V0_PROFILE_064.search(line):
+        if m := s(V0_PROFILE_064, line):
             f.total_memory_gib = number(m["total"])
             f.non_torch_gib = number(m["non_torch"])
             f.available_kv_gib = number(m["kv"])
@@ -1338,100 +1554,106 @@ class LogParser:
             if f.model_loading_gib is not None:
                 f.activation_gib = round(number(m["peak_torch"]) - f.model_loading_gib, 2)
             f.engine = f.engine or "v0"
-        if (m := GATE_GPU.search(line)) or (m := GATE_CPU.search(line)):
+        if (m := s(GATE_GPU, line)) or (m := s(GATE_CPU, line)):
             self._gate_failure(m, line)
-        elif m := FREE_ON_DEVICE.search(line):
+        elif m := s(FREE_ON_DEVICE, line):
             f.total_memory_gib = number(m["total"])
             f.free_memory_gib = number(m["free"])
-        if m := DESIRED_UTIL.search(line):
+        if m := s(DESIRED_UTIL, line):
             f.gpu_memory_utilization = f.gpu_memory_utilization or number(m["util"])
             f.requested_memory_gib = number(m["req"])
-        if m := ACTUAL_USAGE.search(line):
+        if m := s(ACTUAL_USAGE, line):
             f.weights_gib = number(m["weights"])
             f.activation_gib = number(m["activation"])
             f.non_torch_gib = number(m["non_torch"])
             f.cudagraph_gib = number(m["cudagraph"])
-        if m := ACTUAL_USAGE_027.search(line):
+        if m := s(ACTUAL_USAGE_027, line):
             f.consumed_gib = number(m["consumed"])
             f.activation_gib = number(m["activation"])
             f.cudagraph_gib = number(m["cudagraph"])
-        if m := KV_MEMORY_SUGGESTION.search(line):
+        if m := s(KV_MEMORY_SUGGESTION, line):
             f.kv_memory_suggestion_bytes = int(m["fit"])
             f.kv_memory_full_bytes = int(m["full"])
-        if (m := GRAPH_CAPTURE.search(line)) and m["gib"]:
+        if (m := s(GRAPH_CAPTURE, line)) and m["gib"]:
             f.cudagraph_gib = number(m["gib"])
-        if m := CUDAGRAPH_ESTIMATE.search(line):
+        if m := s(CUDAGRAPH_ESTIMATE, line):
             f.cudagraph_estimate_gib = number(m["gib"])
-        if m := CUDAGRAPH_POOL.search(line):
+        if m := s(CUDAGRAPH_POOL, line):
             f.cudagraph_gib = number(m["actual"])
-        if m := KV_CACHE_SIZE.search(line):
+        if m := s(KV_CACHE_SIZE, line):
             f.kv_pool_tokens = int(number(m["tokens"]))
             dev = m["device"].lower()
             f.device = f.device or ("cuda" if dev == "gpu" else dev)
             f.engine = f.engine or "v1"
-        if m := MAX_CONCURRENCY.search(line):
+        if m := s(MAX_CONCURRENCY, line):
             f.max_concurrency = number(m["x"])
             f.concurrency_max_model_len = int(number(m["max_model_len"]))
             f.max_model_len = f.max_model_len or f.concurrency_max_model_len
-        if (m := V0_BLOCKS.search(line)) and "KV cache" not in line and f.num_blocks is None:
+        if (m := s(V0_BLOCKS, line)) and "KV cache" not in line and f.num_blocks is None:
             # "# cuda blocks: 5519, # CPU blocks: 9362": the first count is the device's; the second is swap space.
             dev = m["device"].lower()
             f.num_blocks = int(number(m["blocks"]))
             f.device = f.device or ("cuda" if dev == "gpu" else dev)
-        if m := OVERRIDE_BLOCKS.search(line):
+        if m := s(OVERRIDE_BLOCKS, line):
             f.num_blocks = int(m["new"])
-        if m := CPU_AUTO_SET.search(line):
+        if m := s(CPU_AUTO_SET, line):
             f.available_kv_gib = number(m["kv"])
             f.total_memory_gib = number(m["total"])
             f.requested_memory_gib = number(m["requested"])
             f.cpu_non_kv_gib = number(m["non_kv"])
             f.device = "cpu"
-        if m := CPU_EXPLICIT_SET.search(line):
+        if m := s(CPU_EXPLICIT_SET, line):
             f.available_kv_gib = number(m["kv"])
             f.total_memory_gib = number(m["total"])
             f.device = "cpu"
-        if m := AUTO_FIT.search(line):
+        if m := s(AUTO_FIT, line):
             f.auto_fit_max_model_len = int(m["new"] or m["full"])
             f.max_model_len = f.auto_fit_max_model_len
         self._hybrid(line, continuation)
-        if m := INIT_ENGINE.search(line):
+        if m := s(INIT_ENGINE, line):
             f.init_engine_seconds = number(m["secs"])
-        if API_READY.search(line):
+        if s(API_READY, line):
             f.api_ready = True
+        if s(REQUEST_TRAFFIC, line):
+            self._traffic = True
         self._failures(line)
 
     def _hybrid(self, line: str, continuation: bool) -> None:
+        if not self._m & _HYBRID_MASK:
+            return
         f = self.facts
-        if (m := ATTN_BLOCK_SIZE.search(line)) or (m := KV_BLOCK_SIZE.search(line)):
+        s = self._s
+        if (m := s(ATTN_BLOCK_SIZE, line)) or (m := s(KV_BLOCK_SIZE, line)):
             f.block_size = int(m["n"])  # the later line is the final size: backend choice first, hybrid alignment after
-        if m := MAMBA_PADDING.search(line):
+        if m := s(MAMBA_PADDING, line):
             f.mamba_page_padding_pct = number(m["pct"])
-        if (m := PADDING_LAYERS.search(line)) and (not continuation or self._new_in_join(PADDING_LAYERS)):
+        if (m := s(PADDING_LAYERS, line)) and (not continuation or self._new_in_join(PADDING_LAYERS)):
             # One line per attention kind that needs padding; the engine core and every worker (CUDA graph
             # profiling) group the layers, so each line repeats: distinct lines are the model's.
             pad = (int(m["n"]), number(m["pct"]))
             if pad not in f.padding:
                 f.padding.append(pad)
-        if m := MAMBA_CACHE_MODE.search(line):
+        if m := s(MAMBA_CACHE_MODE, line):
             f.mamba_cache_mode = m["mode"]
-        if m := SSM_DTYPE_RESET.search(line):
+        if m := s(SSM_DTYPE_RESET, line):
             f.ssm_cache_dtype_reset = f.mamba_ssm_cache_dtype = m["dtype"]
-        elif m := MAMBA_SSM_DTYPE.search(line):
+        elif m := s(MAMBA_SSM_DTYPE, line):
             f.mamba_ssm_cache_dtype = m["dtype"]
-        if (m := KV_GROUP_SIZES.search(line)) and (sizes := [int(x) for x in re.findall(r"\d+", m["sizes"])]):
+        if (m := s(KV_GROUP_SIZES, line)) and (sizes := [int(x) for x in re.findall(r"\d+", m["sizes"])]):
             f.kv_cache_group_block_sizes = sizes
             dcp = f.non_default_args.get("decode_context_parallel_size")
             if f.block_size is None and dcp in (None, 1):
                 # Attention groups hold block_size tokens (× DCP); mamba groups block_size ('align') or max_model_len.
                 f.block_size = min(sizes)
-        if PAGE_SIZES_NOT_UNIFIED.search(line):
+        if s(PAGE_SIZES_NOT_UNIFIED, line):
             f.hybrid_fallback = "page_sizes_not_unified"
-        elif HYBRID_MANAGER_DISABLED.search(line):
+        elif s(HYBRID_MANAGER_DISABLED, line):
             f.hybrid_fallback = f.hybrid_fallback or "hybrid_kv_cache_manager_disabled"
 
     def _new_in_join(self, pattern: Pattern) -> bool:
-        """A wrapped line's match is new only when neither half matched on its own."""
-        return not pattern.search(self._prev_single) and not pattern.search(self._cur)
+        """A continued record's match is new only when neither the record before this line nor the line alone
+        matched."""
+        return not pattern.search(self._before) and not pattern.search(self._cur)
 
     def _gate_failure(self, m: re.Match[str], line: str) -> None:
         f = self.facts
@@ -1463,7 +1685,8 @@ class LogParser:
 
     def _failures(self, line: str) -> None:
         f = self.facts
-        if m := KV_TOO_SMALL_V1.search(line):
+        s = self._s
+        if m := s(KV_TOO_SMALL_V1, line):
             est = _int(m["est"])
             fix = (
                 f"--max-model-len {est} (vLLM's estimate), or raise --gpu-memory-utilization, or --kv-cache-dtype fp8"
@@ -1480,7 +1703,7 @@ class LogParser:
             )
             f.max_model_len = f.max_model_len or int(m["mml"])
             f.available_kv_gib = f.available_kv_gib if f.available_kv_gib is not None else number(m["avail"])
-        elif m := KV_TOO_SMALL_V0.search(line):
+        elif m := s(KV_TOO_SMALL_V0, line):
             tokens = int(m["tokens"])
             self._fail(
                 Failure(
@@ -1491,7 +1714,7 @@ class LogParser:
                 )
             )
             f.max_model_len = f.max_model_len or int(m["mml"])
-        if NO_KV_MEMORY.search(line):
+        if s(NO_KV_MEMORY, line):
             self._fail(
                 Failure(
                     "no_kv_memory",
@@ -1499,8 +1722,8 @@ class LogParser:
                     "raise --gpu-memory-utilization, use a smaller format (fp8/awq), or lower --max-num-seqs",
                 )
             )
-        if CUDA_OOM.search(line):
-            if m := SAMPLER_OOM.search(line):
+        if s(CUDA_OOM, line):
+            if m := s(SAMPLER_OOM, line):
                 fix = f"--max-num-seqs {max(1, int(m['n']) // 2)}, or lower --gpu-memory-utilization"
                 msg = f"CUDA ran out of memory warming up the sampler with {m['n']} dummy requests"
             elif any(GRAPH_CAPTURE_FRAME.search(x) for x in (line, *self._recent)):
@@ -1509,8 +1732,8 @@ class LogParser:
             else:
                 fix = "lower --gpu-memory-utilization or --max-num-batched-tokens, or free GPU memory"
                 msg = "CUDA ran out of memory during start-up"
-            self._fail(Failure("cuda_oom", msg, fix))
-        if m := WORKER_KILLED.search(line):
+            self._fail(Failure("cuda_oom", msg, fix), refine=self._cont)  # the rest of a wrapped line says more
+        if m := s(WORKER_KILLED, line):
             killed = m["code"] == "-9"
             msg = f"vLLM's worker {m['worker']} died (exit code {m['code']}" + (
                 ", SIGKILL: the kernel's OOM killer, most likely)" if killed else ")"
@@ -1522,7 +1745,7 @@ class LogParser:
                 else "read the worker's error above"
             )
             self._fail(Failure("worker_killed", msg, fix))
-        if m := INVALID_CONFIG.search(line):
+        if m := s(INVALID_CONFIG, line):
             fix = "lower --max-model-len" if m["mml"] else "fix the flag named in the message"
             if m["platform"]:
                 fix = "--distributed-executor-backend mp (this platform runs tensor parallel without Ray)"
@@ -1530,22 +1753,29 @@ class LogParser:
                 fix = (
                     f"lower --max-model-len to the model's limit ({m['what']}), or set VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"
                 )
-            text = ERROR_LINE.search(line)
+            text = s(ERROR_LINE, line)
             self._fail(Failure("invalid_config", (text["message"] if text else m.group(0)).strip()[:500], fix))
-        if ENGINE_INIT_FAILED.search(line):
+        if s(ENGINE_INIT_FAILED, line):
             self._engine_failed = True
         # an exception a WARNING / INFO line quotes ("… fd limit errors like `OSError: …`") is not an error
-        if (m := ERROR_LINE.search(line)) and not _NOT_FATAL.search(line, 0, m.start()):
-            self._error_lines.append(m["message"].strip())
-            if len(self._error_lines) > 8:
-                del self._error_lines[0]
+        if (m := s(ERROR_LINE, line)) and not _NOT_FATAL.search(line, 0, m.start()):
+            if self._cont and self._error_in_record and self._error_lines:
+                self._error_lines[-1] = m["message"].strip()  # the same message, continued
+            else:
+                self._error_lines.append(m["message"].strip())
+                if len(self._error_lines) > 8:
+                    del self._error_lines[0]
+            self._error_in_record = True
         self._environment(line)
 
     def _environment(self, line: str) -> None:
         """Docker, the GPU and its driver, the port, the model's repo, the disk."""
+        if not self._m & _ENV_MASK:
+            return
+        s = self._s
         hint = _NOT_FATAL.search(line) is not None
-        if m := DOCKER_DAEMON.search(line):
-            sock = (s.group(0) if (s := _SOCKET.search(line)) else None) or "its socket"
+        if m := s(DOCKER_DAEMON, line):
+            sock = (k.group(0) if (k := _SOCKET.search(line)) else None) or "its socket"
             without = "or run vLLM without docker: `vllm.launch: cli` or `module`"
             if m["denied"]:
                 msg = f"docker may not talk to the Docker daemon: permission denied on {sock}"
@@ -1554,7 +1784,7 @@ class LogParser:
                 msg = f"docker could not reach the Docker daemon at {sock}: is it running?"
                 fix = f"start it (`sudo systemctl start docker`), {without}"
             self._env(Failure("docker_daemon", msg, fix), hint)
-        if m := NO_GPU_RUNTIME.search(line):
+        if m := s(NO_GPU_RUNTIME, line):
             flag = "`--runtime nvidia`" if "runtime name" in m.group(0) else "`--gpus`"
             self._env(
                 Failure(
@@ -1565,7 +1795,7 @@ class LogParser:
                 ),
                 hint,
             )
-        if m := NO_CUDA_GPU.search(line):
+        if m := s(NO_CUDA_GPU, line):
             if m["infer"]:
                 msg = "vLLM found no GPU platform ('Failed to infer device type'): no NVIDIA GPU or driver is visible"
             elif m["libcuda"]:
@@ -1579,7 +1809,7 @@ class LogParser:
                 "an empty CUDA_VISIBLE_DEVICES hides them), or plan for `--machine cpu` with vLLM's CPU build"
             )
             self._env(Failure("no_cuda_gpu", msg, fix), hint)
-        if m := DRIVER_TOO_OLD.search(line):
+        if m := s(DRIVER_TOO_OLD, line):
             fix = (
                 "upgrade the NVIDIA driver (`nvidia-smi` shows the newest CUDA it supports), or use a vLLM image or "
                 "wheel built for that CUDA"
@@ -1602,12 +1832,12 @@ class LogParser:
             else:
                 msg = "the NVIDIA driver is older than the CUDA runtime vLLM's PyTorch was built for"
             self._env(Failure("driver_too_old", msg, fix), hint)
-        if m := ADDRESS_IN_USE.search(line):
+        if m := s(ADDRESS_IN_USE, line):
             self._env(self._address_in_use(m, line), hint)
         if self._repo_access(line):
-            unreachable = HF_UNREACHABLE.search(line)
+            unreachable = s(HF_UNREACHABLE, line)
             self._env(self._repo.failure(), hint or bool(unreachable and unreachable["hint"]), refine=True)
-        if m := OUT_OF_DISK.search(line):
+        if m := s(OUT_OF_DISK, line):
             path = m["path"] or (m["shm"].split()[-1] if m["shm"] else None)
             if path and path.startswith("/dev/shm"):
                 msg = f"shared memory ran out ({path}): docker gives a container 64 MB of /dev/shm"
@@ -1653,14 +1883,15 @@ class LogParser:
 
     def _repo_access(self, line: str) -> bool:
         """Fold what the line says about the model's repo into `_repo`; whether it said anything."""
+        s = self._s
         st = self._repo
         said = False
         repos: list[str] = []
-        if m := HF_GATED.search(line):
+        if m := s(HF_GATED, line):
             st.gated = said = True
             st.unlisted = st.unlisted or bool(m["unlisted"])
             repos.append(m["repo"] or "")
-        if (m := HF_REPO_NOT_FOUND.search(line)) and "Entry Not Found" not in line and "EntryNotFound" not in line:
+        if (m := s(HF_REPO_NOT_FOUND, line)) and "Entry Not Found" not in line and "EntryNotFound" not in line:
             said = True
             if m["status"]:
                 st.status = int(m["status"])
@@ -1671,7 +1902,7 @@ class LogParser:
             elif not m["status"] or (st.status == 404 and "Revision" not in line):
                 st.missing = True
             repos.append(m["repo"] or "")
-        if m := HF_UNREACHABLE.search(line):
+        if m := s(HF_UNREACHABLE, line):
             said = True
             if m["offline"]:
                 st.offline_mode = True
@@ -1689,6 +1920,7 @@ class LogParser:
         f = self.facts
         if hint:
             self._hints.setdefault(failure.kind, failure)
+            self._pending.setdefault(failure.kind, failure)
         elif failure.kind == "address_in_use" or not (f.api_ready or f.init_engine_seconds is not None):
             self._fail(failure, refine=refine)
 
@@ -1704,8 +1936,11 @@ class LogParser:
         ):
             self.facts.failure = failure
 
-    def _engine_config(self, cfg: str) -> None:
+    def _engine_config(self, cfg: str, continued: bool = False) -> None:
+        """`continued`: the record a wrapped line continues: it may complete the values its lines set cut."""
         f = self.facts
+        if not continued:
+            self._config_set = set()
         for key, attr, conv in (
             ("model", "model", str),
             ("max_seq_len", "max_model_len", int),
@@ -1728,9 +1963,10 @@ class LogParser:
             if attr == "enforce_eager":
                 f.enforce_eager = v == "True"
                 continue
-            if getattr(f, attr) is None:
+            if getattr(f, attr) is None or (continued and attr in self._config_set):
                 with contextlib.suppress(ValueError):
                     setattr(f, attr, conv(v))
+                    self._config_set.add(attr)
 
     def _non_default(self, text: str) -> None:
         f = self.facts
@@ -1762,16 +1998,81 @@ _VERSION_CONTEXT = ("vLLM", "LLM engine", "█", "▀", "api_server")
 # version number, a traceback frame, torch's out-of-memory, the launch environment's failures).
 _NOT_VLLM_ONLY = (
     VERSION, ERROR_LINE, GRAPH_CAPTURE_FRAME, INVALID_CONFIG, CUDA_OOM, DOCKER_DAEMON, NO_GPU_RUNTIME, NO_CUDA_GPU,
-    DRIVER_TOO_OLD, ADDRESS_IN_USE, HF_GATED, HF_REPO_NOT_FOUND, HF_UNREACHABLE, OUT_OF_DISK,
+    DRIVER_TOO_OLD, ADDRESS_IN_USE, HF_GATED, HF_REPO_NOT_FOUND, HF_UNREACHABLE, OUT_OF_DISK, REQUEST_TRAFFIC,
 )  # fmt: skip
 VLLM_ONLY: tuple[Pattern, ...] = tuple(p for p in PATTERNS if p not in _NOT_VLLM_ONLY)
+
+# Once the API server is up, a log is request traffic: only a new boot (its banner) or a runtime failure (CUDA out
+# of memory, a worker that died, the port taken: uvicorn binds after start-up before 0.6) can change what it states.
+# A line is read then only when it holds one of these: the boot banner's keywords, CUDA's out of memory, a dead
+# worker, uvicorn's bind error (few and long: each is one search of every chunk).
+AFTER_BOOT_KEYWORDS: tuple[bytes, ...] = (
+    *BOOT_BANNER.keywords_bytes, b"out of memory", b"died unexpectedly (exit code: ",
+    b"error while attempting to bind on address",
+)  # fmt: skip
+_SERVING_STR: tuple[str, ...] = tuple(k.decode() for k in AFTER_BOOT_KEYWORDS)
+_SERVING_NO_BANNER: tuple[bytes, ...] = tuple(k for k in AFTER_BOOT_KEYWORDS if k not in BOOT_BANNER.keywords_bytes)
+
+# Which patterns a text can match, from the keywords it holds: one bit per pattern.
+_BIT: dict[str, int] = {p.name: 1 << i for i, p in enumerate(PATTERNS)}
+_KW_MASKS: tuple[tuple[str, int], ...] = tuple(
+    (k, sum(_BIT[p.name] for p in PATTERNS if k in p.keywords))
+    for k in dict.fromkeys(k for p in PATTERNS for k in p.keywords)
+)
+
+
+def _mask_of(text: str) -> int:
+    m = 0
+    for k, bits in _KW_MASKS:
+        if k in text:
+            m |= bits
+    return m
+
+
+def _bits(patterns: Iterable[Pattern]) -> int:
+    return sum(_BIT[p.name] for p in patterns)
+
+
+_VLLM_ONLY_MASK = _bits(VLLM_ONLY)
+_BY_BIT: dict[int, Pattern] = {_BIT[p.name]: p for p in PATTERNS}
+_HYBRID_MASK = _bits((ATTN_BLOCK_SIZE, KV_BLOCK_SIZE, MAMBA_PADDING, PADDING_LAYERS, MAMBA_CACHE_MODE, SSM_DTYPE_RESET,
+                      MAMBA_SSM_DTYPE, KV_GROUP_SIZES, PAGE_SIZES_NOT_UNIFIED, HYBRID_MANAGER_DISABLED))  # fmt: skip
+_ENV_MASK = _bits((DOCKER_DAEMON, NO_GPU_RUNTIME, NO_CUDA_GPU, DRIVER_TOO_OLD, ADDRESS_IN_USE, HF_GATED,
+                   HF_REPO_NOT_FOUND, HF_UNREACHABLE, OUT_OF_DISK))  # fmt: skip
+
+
+def _vllm_line(
+    line: str, mask: int, search: Callable[[Pattern, str], re.Match[str] | None] = lambda p, line: p.search(line)
+) -> bool:
+    hits = mask & _VLLM_ONLY_MASK
+    while hits:
+        low = hits & -hits
+        if search(_BY_BIT[low], line):
+            return True
+        hits ^= low
+    return (
+        bool(mask & _BIT[VERSION.name])
+        and search(VERSION, line) is not None
+        and any(k in line for k in _VERSION_CONTEXT)
+    )
 
 
 def vllm_line(line: str) -> bool:
     """Whether vLLM printed this line: a pattern only vLLM's lines match, or its version banner."""
-    if any(p.search(line) for p in VLLM_ONLY):
-        return True
-    return VERSION.search(line) is not None and any(k in line for k in _VERSION_CONTEXT)
+    return _vllm_line(line, _mask_of(line))
+
+
+# A statement lies in the first LINE_CAP characters of its line: the rest of a longer line (a progress bar
+# rewritten with carriage returns, a dumped tensor, binary junk) is not read.
+LINE_CAP = 64 << 10
+
+
+def clean(raw: str) -> str:
+    """A line as the patterns see it: cut at LINE_CAP, without carriage returns and terminal escape codes."""
+    line = raw[:LINE_CAP].replace("\r", "").rstrip("\n")
+    if "\x1b" in line:
+        line = ANSI.sub("", line)
+    return line
 
 
 def _looks_like_record_start(line: str) -> bool:
@@ -1781,73 +2082,288 @@ def _looks_like_record_start(line: str) -> bool:
     return bool(_RECORD_START.match(s))
 
 
-_RECORD_START = re.compile(
-    r"(?:\(\w[\w ]*pid=\d+[^)]*\)\s*)*(?:\x1b\[[0-9;]*m)?"
+_RECORD_START_SRC = (
+    r"(?:\(\w[\w ]*pid=\d+[^)\n]*\)[ \t]*)*(?:\x1b\[[0-9;]*m)?"
     r"(?:INFO|DEBUG|WARNING|ERROR|CRITICAL|Traceback|\[|\d{4}-\d\d-\d\d|"
     r"[A-Z][a-z]{2} \d+|\d\d-\d\d \d\d:|\||#|-|\*|File \"|raise |\w+Error|\(\w[\w ]*pid=)"
 )
+_RECORD_START = re.compile(_RECORD_START_SRC)
+
+# The prefix vLLM writes before each line of a record, a multi-line message's too: process tags
+# ("(EngineCore_DP0 pid=123) "), then the logger's header ("ERROR 04-22 10:00:00 [core.py:700] ", "INFO 05-30
+# 16:22:20 llm_engine.py:234] " before 0.6).
+_HEADER_SRC = r"(?:INFO|DEBUG|WARNING|ERROR|CRITICAL){ansi} \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? (?:\[?[\w./-]+:\d+\] ?)?"
+_TAG_SRC = r"\(\w[\w ]*pid=\d+[^)\n]*\)[ \t]*"
+_PREFIX_SRC = "(?:{ansi}" + _TAG_SRC + ")+{ansi}(?:" + _HEADER_SRC + ")?|{ansi}" + _HEADER_SRC
+_PREFIX = re.compile(_PREFIX_SRC.format(ansi=""))
+
+
+def _prefix(line: str) -> str:
+    m = _PREFIX.match(line)
+    return m.group(0) if m else ""
+
+
+# Terminal widths a hard wrap cuts at; a continued record longer than _RECORD_CAP is not continued further.
+WRAP_COLUMNS = frozenset((80, 100, 120, 132, 160, 200))
+_RECORD_CAP = 4000
+# Lines in a row that hold keywords and match no pattern before the parser reads only what a serving log can say.
+# A vLLM start-up states a fact every few lines: over the 169 real and CPU-build logs in tests/fixtures and the
+# shared corpus the longest such run is 17 lines.
+DRY_LINES = 500
+_NUMBER_END = frozenset("0123456789.,")
+# How a record's break joins its two lines: with a space, as is, or either (which one on a tie).
+_SOFT, _HARD, _EITHER_SOFT, _EITHER_HARD = 0, 1, 2, 3
+_MAX_EITHER = 6  # the breaks that could be either, weighed together (2**6 readings)
+
+
+def _break_kind(prev: str, before: str, piece: str) -> int:
+    """How the line `prev`, which ends `before`, and the next, which adds `piece`, join. After a full-width line
+    (WRAP_COLUMNS) or between digits, either way: a full-width line is a hard wrap on a tie, a number split by a
+    re-wrap is not."""
+    column = len(prev) in WRAP_COLUMNS
+    if column or (before.rstrip()[-1:] in _NUMBER_END and piece[:1].isdigit()):
+        return _EITHER_HARD if column else _EITHER_SOFT
+    return _SOFT
+
+
+def _read_across(text: str, breaks: list[int]) -> int:
+    """How much the statement patterns read across `breaks` in `text`: the breaks inside each match, summed."""
+    m = _mask_of(text)
+    score = 0
+    for p in _WRAP_JUDGES:
+        if m & _BIT[p.name]:
+            for hit in p.regex.finditer(text):
+                score += sum(hit.start() < b < hit.end() for b in breaks)
+    return score
+
+
+# What tells a forum's re-wrap from a terminal's hard wrap: the patterns that state numbers (not the ones that
+# take the rest of a line, which match either reading).
+_WRAP_JUDGES: tuple[Pattern, ...] = tuple(
+    p for p in PATTERNS if p not in (ERROR_LINE, ENGINE_CONFIG, NON_DEFAULT_ARGS, HF_UNREACHABLE, GRAPH_CAPTURE_FRAME)
+)
 
 # --- streaming over files ---------------------------------------------------------------------------------------
+#
+# parse_stream reads CHUNK bytes at a time and hands the parser only the lines that can change its facts: before
+# the API server is up, the lines holding a keyword and every record that continues over lines (and the line
+# before it); once it is up, the lines holding one of AFTER_BOOT_KEYWORDS. Both are found with bytes searches over the
+# chunk, not line by line. A chunk that holds two boot banners or more is read from the second-to-last: the boots
+# before are replaced. A line keeps its first STREAM_LINE_CAP bytes (LINE_CAP characters at most); the rest is
+# skipped without being held, so memory does not grow with the file or with a line.
 
 CHUNK = 8 << 20
+# Before the API server is up, the keyword search goes this far ahead of the parser, twice as far each time, up to
+# WINDOW_MAX (a start-up is short; a log that never gets the server up is read in big steps).
+WINDOW, WINDOW_MAX = 64 << 10, 4 << 20
+STREAM_LINE_CAP = 4 * LINE_CAP  # UTF-8: LINE_CAP characters are at most this many bytes
+
+_ANSI_RAW = rb"(?:\x1b\[[0-9;?]*[A-Za-z])*"
+_RECORD_START_RAW = _RECORD_START_SRC.encode()
+_PREFIX_RAW = _PREFIX_SRC.format(ansi=_ANSI_RAW.decode()).encode()
+# A line that does not look like a record start (superset of `_continues`' first case; empty lines start one).
+# These two run over whole windows of bytes: the standard library's engine is the faster one there.
+_CONTINUATION_RAW = std_re.compile(rb"\n[ \t\x00]*+(?!" + _RECORD_START_RAW + rb"|\r?\n|\Z)")
+# A line whose prefix (the longest, as `_prefix` takes it) repeats the previous line's before text that does not
+# start a record (the second case).
+_SAME_PREFIX_TAIL = rb"))[^\n]*+(?=\n\1[ \t\x00]*+(?!" + _RECORD_START_RAW + rb"|\r?\n|\Z))"
+_SAME_PREFIX_RAW = std_re.compile(rb"\n((?>" + _PREFIX_RAW + _SAME_PREFIX_TAIL)
+_SAME_PREFIX_AT = std_re.compile(rb"((?>" + _PREFIX_RAW + _SAME_PREFIX_TAIL)
+_BANNER_KEYWORDS = keywords_of((BOOT_BANNER,))
 
 
-# Once vLLM is up, the rest of a log is request traffic: only a failure or a new boot can change the facts.
-AFTER_BOOT_KEYWORDS: tuple[bytes, ...] = (b"rror", b"version", b"non-default", b"emory")
+def _read_into(fh: IO[bytes], view: memoryview) -> int:
+    readinto = getattr(fh, "readinto", None)
+    if readinto is not None:
+        n: int = readinto(view)
+        return n
+    chunk = fh.read(len(view))
+    view[: len(chunk)] = chunk
+    return len(chunk)
 
 
-def _candidate_lines(fh: IO[bytes], keywords: Callable[[], tuple[bytes, ...]] = lambda: KEYWORDS) -> Iterator[bytes]:
-    """Lines containing a keyword, plus the line after each (for wrapped lines), in file order."""
-    tail = b""
-    carry = False  # the last line of the previous chunk was a keyword line: its continuation starts this one
-    while True:
-        block = fh.read(CHUNK)
-        if not block:
-            break
-        data = tail + block
-        cut = data.rfind(b"\n")
-        if cut < 0:
-            tail = data[-CHUNK:] if len(data) > 4 * CHUNK else data  # one absurd line: keep its end only
+def _blocks(fh: IO[bytes]) -> Iterator[tuple[bytearray, int, int]]:
+    """The file as (buf, begin, end), one read at a time: buf[begin:end] are the next complete lines, each ending in
+    b"\n"; buf[:begin] is the line before them (to tell whether the first continues it). A line longer than
+    STREAM_LINE_CAP keeps its first STREAM_LINE_CAP bytes. One buffer, reused: nothing of it outlives the step."""
+    cap = STREAM_LINE_CAP
+    buf = bytearray(CHUNK + 2 * cap + 2)
+    view = memoryview(buf)
+    before = 0  # buf[:before]: the line before, with its newline
+    keep = 0  # buf[before:keep]: the start of the line the last read ended in (at most cap bytes)
+    long = False  # that line is longer than cap: its rest, up to its newline, is dropped
+    while n := _read_into(fh, view[keep : keep + CHUNK]):
+        end = keep + n
+        if long:
+            first = buf.find(b"\n", keep, end)
+            if first < 0:
+                continue
+            view[keep : keep + end - first] = view[first:end]  # the head, then its newline and what follows
+            end = keep + end - first
+            long = False
+        nl = buf.rfind(b"\n", keep, end)
+        if nl < 0:
+            keep = end if end - before <= cap else before + cap
+            long = end - before > cap
             continue
-        body, tail = data[: cut + 1], data[cut + 1 :]
-        carry = yield from _scan(body, keywords(), carry)
-    if tail:
-        yield from _scan(tail + b"\n", keywords(), carry)
+        yield buf, before, nl + 1
+        last = buf.rfind(b"\n", 0, nl) + 1  # the last complete line
+        line = min(nl + 1 - last, cap)
+        rest = min(end - nl - 1, cap)
+        long = end - nl - 1 > cap
+        view[:line] = view[last : last + line]
+        buf[line - 1] = 0x0A
+        view[line : line + rest] = view[nl + 1 : nl + 1 + rest]
+        before, keep = line, line + rest
+    if keep > before:
+        buf[keep] = 0x0A
+        yield buf, before, keep + 1
 
 
-def _scan(body: bytes, keywords: tuple[bytes, ...], carry: bool) -> Generator[bytes, None, bool]:
-    starts: set[int] = {0} if carry else set()
+def _line_start(data: bytearray, i: int, lo: int) -> int:
+    """The start of the line holding data[i], searching back to lo (a line start); -1 when it starts more than
+    STREAM_LINE_CAP bytes before i (what is that far into a line is not read)."""
+    floor = max(lo, i - STREAM_LINE_CAP)
+    j = data.rfind(b"\n", floor, i)
+    if j >= 0:
+        return j + 1
+    return lo if floor == lo else -1
+
+
+def _keyword_lines(data: bytearray, a: int, b: int, keywords: tuple[bytes, ...], into: set[int]) -> None:
+    """Add to `into` the start of every line in data[a:b] (whole lines) that holds one of `keywords` where it is
+    read."""
     for kw in keywords:
-        i = body.find(kw)
+        i = data.find(kw, a, b)
         while i >= 0:
-            s = body.rfind(b"\n", 0, i) + 1
-            starts.add(s)
-            e = body.find(b"\n", i)
-            if e < 0:
+            s = _line_start(data, i, a)
+            if s >= 0:
+                into.add(s)
+            i = data.find(kw, data.find(b"\n", i, b) + 1, b)
+
+
+def _full_lines(data: bytearray, a: int, b: int, fed: int, follows: bool = False) -> list[int]:
+    """Before the API server is up: the starts of the lines in data[a:b] to hand the parser (and of the line before
+    a, when a continues it and it was not handed over yet: fed is the end of the last one handed over). `follows`:
+    the line before a continues a record, which a may too (what data does not hold cannot tell)."""
+    starts: set[int] = {a} if follows and a < b else set()
+    _keyword_lines(data, a, b, KEYWORDS, starts)
+    before = data.rfind(b"\n", 0, a - 1) + 1 if a > 0 else 0  # the line before a (a itself when a is 0)
+    for m in _CONTINUATION_RAW.finditer(data, max(before - 1, 0), b):
+        c = m.start() + 1  # a line that continues the one before
+        if c >= a:
+            starts.add(c)
+            starts.add(data.rfind(b"\n", 0, m.start()) + 1)
+        starts.add(data.find(b"\n", c) + 1)  # the next may repeat the prefix of the record's first line
+    pairs = _SAME_PREFIX_RAW.finditer(data, before - 1, b) if before > 0 else _pairs_at_start(data, b)
+    for m in pairs:
+        starts.add(m.start() + 1 if data[m.start()] == 0x0A else m.start())
+        starts.add(m.end() + 1)
+    return sorted(s for s in starts if a <= s < b or (before <= s < a and s >= fed))
+
+
+def _pairs_at_start(data: bytearray, b: int) -> Iterator[std_re.Match[bytes]]:
+    m = _SAME_PREFIX_AT.match(data, 0, b)
+    if m:
+        yield m
+    yield from _SAME_PREFIX_RAW.finditer(data, 0, b)
+
+
+def _serving_lines(data: bytearray, a: int, b: int, banners: tuple[bytes, ...]) -> list[int]:
+    """Once the API server is up: the starts of the lines in data[a:b] that hold an AFTER_BOOT_KEYWORDS keyword (of
+    the banner's, only `banners`: those `_boot_skip` found in data)."""
+    starts: set[int] = set()
+    _keyword_lines(data, a, b, banners + _SERVING_NO_BANNER, starts)
+    return sorted(starts)
+
+
+def _boot_skip(data: bytearray, a: int, b: int) -> tuple[int, tuple[bytes, ...]]:
+    """Where to start reading data[a:b]: at its second-to-last boot banner, when it holds two or more (the parser
+    replaces the boots before; the last keeps the warnings printed just before it, from the boot before), else a.
+    And the banner keywords data[a:b] holds."""
+    found: set[int] = set()
+    held: list[bytes] = []
+    for kw in _BANNER_KEYWORDS:
+        end = b
+        for k in range(16):
+            i = data.rfind(kw, a, end)
+            if i < 0:
                 break
-            starts.add(e + 1)  # the following line, which may continue a wrapped one
-            i = body.find(kw, e + 1)
-    for s in sorted(starts):
-        if s >= len(body):
-            continue
-        e = body.find(b"\n", s)
-        yield body[s : e if e >= 0 else len(body)]
-    return len(body) in starts
+            if k == 0:
+                held.append(kw)
+            s = _line_start(data, i, a)
+            if s < 0:
+                end = i
+                continue
+            found.add(s)
+            end = s
+    banners = 0
+    for s in sorted(found, reverse=True):
+        e = data.find(b"\n", s, b)
+        if BOOT_BANNER.search(clean(data[s : min(e, s + STREAM_LINE_CAP)].decode("utf-8", errors="replace"))):
+            banners += 1
+            if banners == 2:
+                return s, tuple(held)
+    return a, tuple(held)
+
+
+def _line_end(data: bytearray, i: int, b: int) -> int:
+    """The first line boundary at or after i (data[b - 1] is a newline)."""
+    if i >= b:
+        return b
+    return data.find(b"\n", i - 1, b) + 1
+
+
+def _parse_block(p: LogParser, data: bytearray, begin: int, n: int, before: tuple[bool, bool]) -> tuple[bool, bool]:
+    """Hand the parser the lines of data[begin:n] that can matter. `before`, and what it returns for the next block:
+    whether the last line was handed over, and whether it continues a record."""
+    fed = begin if before[0] else -1  # the end of the last line handed over (-1: not the line before begin)
+    pos, banners = _boot_skip(data, begin, n)
+    follows = before[1] and pos == begin
+    window = WINDOW
+    while pos < n:
+        serving = p.serving
+        if serving:
+            starts, nxt = _serving_lines(data, pos, n, banners), n
+            window = WINDOW
+        else:
+            nxt = _line_end(data, min(n, pos + window), n)
+            starts = _full_lines(data, pos, nxt, fed, follows)
+            window = min(2 * window, WINDOW_MAX)
+        follows = False
+        for s in starts:
+            e = data.find(b"\n", s, n)
+            if s != fed:
+                p._gap()
+            p.feed(data[s : min(e, s + STREAM_LINE_CAP)].decode("utf-8", errors="replace"))
+            fed = e + 1
+            if p.serving != serving:
+                nxt = fed
+                break
+        pos = nxt
+    last = data.rfind(b"\n", 0, n - 1) + 1
+    return fed == n, last > 0 and begin <= last and _CONTINUATION_RAW.match(data, last - 1, n) is not None
+
+
+def _candidate_lines(fh: IO[bytes]) -> Iterator[bytes]:
+    """The lines parse_stream hands a parser that is not serving yet, in file order."""
+    for data, begin, n in _blocks(fh):
+        for s in _full_lines(data, begin, n, begin):
+            yield bytes(data[s : data.find(b"\n", s, n)])
 
 
 def parse_stream(fh: IO[bytes]) -> LogFacts:
     """Parse a whole log from a binary file object, in constant memory."""
     p = LogParser()
-
-    def keywords() -> tuple[bytes, ...]:
-        f = p.facts
-        booted = f.api_ready or f.init_engine_seconds is not None
-        return AFTER_BOOT_KEYWORDS if booted and f.failure is None else KEYWORDS
-
-    for raw in _candidate_lines(fh, keywords):
-        p.feed(raw.decode("utf-8", errors="replace"))
+    before = (False, False)
+    for data, begin, n in _blocks(fh):
+        before = _parse_block(p, data, begin, n, before)
     return p.finish()
 
 
 def parse_text(text: str) -> LogFacts:
-    return LogParser().feed_many(text.splitlines())
+    """Parse a whole log held in memory: the same facts as parse_stream (lines end at "\n")."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return LogParser().feed_many(lines)

@@ -148,3 +148,33 @@ def test_total_that_moved_is_told_apart_from_the_error(vllm_ready: None, tmp_pat
     assert moved["drift_bytes"] > 1.5 * 2**30
     assert abs(moved["error"]) <= 0.01 < abs(moved["raw_error"])
     assert "the total moved" in r.stdout and "a DGX Spark's total does not move" in r.stdout
+
+
+def test_watchdog_warns_below_the_reserve_and_stops_below_the_line(vllm_ready: None, tmp_path: Path) -> None:
+    """Unified memory (the CPU backend shares RAM like a Spark): with an OS reserve and a stop line set just under
+    what is available before the launch, vLLM's own growth crosses both. The watchdog warns once, naming vLLM's
+    RSS as what grew, then stops vLLM cleanly: exit 11, `stopped_by: watchdog: …`, no process left, the lock free."""
+    from launcher.machines import read_meminfo
+
+    before = {i.pid for i in guard.scan()}
+    avail = read_meminfo()["MemAvailable"] / 2**30
+    reserve, line = avail - 0.25, avail - 0.8
+    r = subprocess.run(
+        [*VLAUNCH, "serve", "profiles/tiny-cpu.yaml", "--os-reserve-gib", f"{reserve:.2f}", "--force",
+         "--stop-below-gib", f"{line:.2f}", "--stop-after-ready", "--logs-dir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    record = json.loads(next(tmp_path.glob("tiny-cpu-*.json")).read_text())
+    events = record.get("watchdog", [])
+    for e in events:
+        print(f"{e['kind']} at {e['seconds']} s: available {e['available_bytes'] / 2**30:.2f} GiB, grew "
+              + ", ".join(f"{k} {v / 2**30:+.2f} GiB" for k, v in e["grew_bytes"].items()))  # fmt: skip
+    assert r.returncode == 11, r.stdout[-3000:] + r.stderr[-2000:]
+    assert [e["kind"] for e in events] == ["below_reserve", "stop"], events
+    warned = [ln for ln in r.stdout.splitlines() if ln.startswith("watchdog: ")]
+    assert len(warned) == 2 and "the OS reserve the plan kept" in warned[0] and warned[1].endswith("stopping vLLM")
+    assert max(events[-1]["grew_bytes"], key=events[-1]["grew_bytes"].get) == "vLLM RSS"
+    assert str(record["stopped_by"]).startswith("watchdog: MemAvailable ")
+    assert record["exit"] == 11 and record["leftover_pids"] == []
+    assert {i.pid for i in guard.scan()} <= before
+    assert guard.read_holder() is None

@@ -1,0 +1,166 @@
+"""The serve policy: what `vlaunch serve` refuses, in which order, and how it runs vLLM on one box or a Ray cluster.
+
+The command line parses and prints; everything it decides lives here: the plan-and-guard refusal and its text, the
+pre-flight order, the cluster's start → check → run → tear-down, and stopping the server a lock names.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher import cluster, guard
+from launcher import preflight as pf
+from launcher.errors import VlaunchError
+from launcher.planning import Plan
+
+EXIT_DOES_NOT_FIT = 3
+EXIT_BOX_HELD = 4
+EXIT_WATCHDOG = pf.EXIT_WATCHDOG
+
+Echo = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """How one `serve` runs, beyond its plan."""
+
+    logs_dir: Path = Path("logs")
+    force: bool = False  # launch even when the plan does not fit
+    verbose: bool = False  # echo every vLLM line
+    stop_after_ready: bool = False  # stop once /health answers (tests, smoke checks)
+    skip_preflight: bool = False
+    stop_below_bytes: int | None = None  # the watchdog stops vLLM when MemAvailable falls below this
+    ready_timeout: float = 1800.0
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a launch does not happen: the exit code and one line for stderr."""
+
+    code: int
+    line: str
+
+
+def refusal(plan: Plan, verdict: str, *, force: bool, dry_run: bool) -> Refusal | None:
+    """The plan-and-guard decision, in order: a plan that does not fit (unless forced), then a box another vLLM
+    holds (a dry run starts nothing, so only the plan can refuse it)."""
+    if not plan.fits and not force:
+        return Refusal(EXIT_DOES_NOT_FIT, "refusing to launch: the plan does not fit (--force to launch anyway)")
+    if verdict != "free" and not dry_run:
+        return Refusal(EXIT_BOX_HELD, f"refusing to launch: {verdict}")
+    return None
+
+
+def preflight_here(plan: Plan, options: ServeOptions) -> bool:
+    """Whether pre-flight runs on this machine: not when skipped, and for several nodes only on the head
+    (`cluster.preflight` checks every node before Ray starts)."""
+    p = plan.profile
+    return not options.skip_preflight and (not p.nodes or cluster.is_local(cluster.head(p)))
+
+
+def preflight_lines(findings: list[pf.Refusal] | None, skipped: str) -> list[str]:
+    """`pre-flight: ok`, or a line per finding (`refused (CODE):` / `warning:`); `skipped` when none ran."""
+    if findings is None:
+        return [f"pre-flight: {skipped}"]
+    lines = [f"pre-flight: {'refused (' + str(f.code) + ')' if f.refuse else 'warning'}: {f.line()}" for f in findings]
+    return lines if pf.refusals(findings) else [*lines, "pre-flight: ok"]
+
+
+def cluster_dry_run_lines(plan: Plan) -> list[str]:
+    """What a multi-node serve would run on every node, in order, without running it."""
+    p = plan.profile
+    h = cluster.head(p)
+    lines = ["pre-flight on every node:"]
+    lines += [f"  [{what}] {cmd.shown()}" for what, cmd in cluster.preflight_commands(p)]
+    lines += ["Ray cluster:", *(f"  {cmd.shown()}" for cmd in cluster.start_commands(p))]
+    lines.append(f"  check: {cluster.resources_command(p).shown()}")
+    lines.append(f"vLLM on the head ({h.host}) with RAY_ADDRESS={ray_address(plan)}")
+    lines += ["tear-down:", *(f"  {cmd.shown()}" for cmd in cluster.stop_commands(p))]
+    return lines
+
+
+def ray_address(plan: Plan) -> str:
+    """The address vLLM's Ray executor joins: the head node's Ray port."""
+    return f"{cluster.head(plan.profile).host}:{cluster.RAY_PORT}"
+
+
+@dataclass(frozen=True)
+class Served:
+    """How a launch ended: the exit code, the run record's path, and the one-line error when vLLM never started."""
+
+    exit_code: int
+    record_path: Path | None
+    error: str | None = None
+
+
+def launch(plan: Plan, options: ServeOptions, *, echo: Echo) -> Served:
+    """Run vLLM for a plan that passed the guard and pre-flight: on this box, or on the Ray cluster its nodes make."""
+    if plan.profile.nodes:
+        return _launch_cluster(plan, options, echo=echo)
+    return _launch_local(plan, options, echo=echo)
+
+
+def _launch_local(plan: Plan, options: ServeOptions, *, echo: Echo, env: dict[str, str] | None = None) -> Served:
+    from launcher.launch import serve as run_server
+
+    run = run_server(
+        plan,
+        logs_dir=options.logs_dir,
+        echo=echo,
+        verbose=options.verbose,
+        ready_timeout=options.ready_timeout,
+        stop_after_ready=options.stop_after_ready,
+        stop_below_bytes=options.stop_below_bytes,
+        extra_env=env or {},
+    )
+    return Served(run.exit_code, run.record_path, run.error)
+
+
+def _launch_cluster(plan: Plan, options: ServeOptions, *, echo: Echo) -> Served:
+    """Check every node, start Ray on them, check the cluster's resources, run vLLM on the head, tear Ray down
+    (also after a failed start: whatever came up goes down)."""
+    p = plan.profile
+    h = cluster.head(p)
+    if not cluster.is_local(h):
+        raise cluster.ClusterError(f"run `vlaunch serve` on the head node ({h.host}); this machine is not it")
+    problems = cluster.preflight(p)
+    if problems:
+        raise cluster.ClusterError("nodes not ready, nothing started: " + "; ".join(problems))
+    echo("starting the Ray cluster:")
+    try:
+        cluster.start(p, echo=echo)
+        res = cluster.check_resources(p, p.tensor_parallel_size * p.pipeline_parallel_size)
+        echo(f"Ray cluster: {res['nodes']} node(s), resources {res['resources']}")
+        return _launch_local(plan, options, echo=echo, env={"RAY_ADDRESS": ray_address(plan)})
+    finally:
+        left = cluster.stop(p)
+        echo("Ray stopped on every node" if not left else "; ".join(left))
+
+
+def stop_holder(holder: dict[str, object], timeout: float) -> None:
+    """Stop the server the box lock names: SIGTERM to its vlaunch (which forwards it to vLLM, waits, kills, and
+    releases the lock), then, when the lock is still held `timeout` + 10 s later, the whole tree by force."""
+    pid = int(str(holder["pid"]))
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass  # gone already: the lock is stale and the reader below sees it released
+    except PermissionError as e:
+        raise VlaunchError(f"cannot signal vlaunch pid {pid} ({e.strerror}); run `vlaunch stop` as its user") from e
+    end = time.monotonic() + timeout + 10  # vlaunch itself waits `stop_tree`'s grace before it kills
+    while time.monotonic() < end and guard.read_holder() is not None:
+        time.sleep(0.2)
+    if guard.read_holder() is not None:
+        guard.stop_tree(pid, timeout=5)
+
+
+def stop_pid(pid: int, timeout: float) -> list[int]:
+    """Stop one vLLM process tree `vlaunch ps` lists; returns the pids still alive (none)."""
+    if pid not in {i.pid for i in guard.scan()}:
+        raise VlaunchError(f"pid {pid} is not a vLLM process (see `vlaunch ps`)")
+    return guard.stop_tree(pid, timeout=timeout)
