@@ -50,7 +50,8 @@ def _child(examples: int, seed: int, out: Path, save: Path | None) -> None:
 
     from tests import fuzz_cases as F
 
-    sandbox = F.make_sandbox(Path(tempfile.mkdtemp(prefix="vlaunch-fuzz-")))
+    root = tempfile.TemporaryDirectory(prefix="vlaunch-fuzz-")
+    sandbox = F.make_sandbox(Path(root.name))
     pairs = [(c, k) for c in F.COMMANDS for k in F.KINDS[c]]
     per_pair: collections.Counter[str] = collections.Counter()
     exits: collections.Counter[str] = collections.Counter()
@@ -124,6 +125,7 @@ def _child(examples: int, seed: int, out: Path, save: Path | None) -> None:
         "problems": problems,
     }
     out.write_text(json.dumps(summary, indent=1))
+    root.cleanup()
 
 
 def _limit(as_bytes: int) -> None:

@@ -137,6 +137,9 @@ class _Group(click.Group):
         except click.ClickException as e:
             _click_error(e)
             ctx.exit(e.exit_code)
+        except BrokenPipeError:  # `vlaunch --help | head -1`: the help is printed while parsing
+            _pipe_closed()
+            ctx.exit(EXIT_BROKEN_PIPE)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -839,7 +842,7 @@ def stop(target: str | None, timeout: float, orphans: bool) -> None:
         serving.stop_holder(holder, timeout)
         click.echo(f"stopped {holder.get('profile')} (vlaunch pid {holder.get('pid')})")
         return
-    if not target.isdigit():
+    if not (target.isascii() and target.isdigit()):  # "١٢٣".isdigit() too, and int() would read it as pid 123
         raise VlaunchError(f"no running server for profile {target!r} (see `vlaunch ps`)")
     left = serving.stop_pid(int(target), timeout)
     click.echo(f"stopped pid {int(target)}" + (f"; still alive: {left}" if left else ""))

@@ -90,6 +90,8 @@ def _kinds_line(s: Model) -> str:
 
 def _per_layer_summary(p: ParamCount) -> dict[str, int] | int:
     distinct = sorted(set(p.per_layer))
+    if not distinct:  # no decoder layer (a config whose layer list is empty)
+        return 0
     if len(distinct) == 1:
         return distinct[0]
     return {"min": distinct[0], "max": distinct[-1]}

@@ -146,7 +146,20 @@ def _compressed_tensors(q: Mapping[str, Any]) -> FormatSpec:
 
 
 def detect(shape: Model, hf_quant_config: Mapping[str, Any] | None = None) -> FormatSpec:
-    """The format a checkpoint is stored in, from quantization_config (or ModelOpt's hf_quant_config.json)."""
+    """The format a checkpoint is stored in, from quantization_config (or ModelOpt's hf_quant_config.json). A
+    quantization config of the wrong shape (a flag where a list belongs, a block of 0) is an error naming it."""
+    try:
+        spec = _detect(shape, hf_quant_config)
+    except (TypeError, ValueError, AttributeError, IndexError, KeyError, OverflowError) as e:
+        if isinstance(e, FormatError):
+            raise
+        raise FormatError(f"malformed: {' '.join(str(e).split())[:200]}", field="quantization_config") from e
+    if spec.block is not None and not all(isinstance(b, int) and 0 < b <= 2**20 for b in spec.block):
+        raise FormatError(f"must be two positive integers, got {list(spec.block)}", field="weight_block_size")
+    return spec
+
+
+def _detect(shape: Model, hf_quant_config: Mapping[str, Any] | None = None) -> FormatSpec:
     q = shape.quantization_config
     if q is None and hf_quant_config is not None:
         algo = str((hf_quant_config.get("quantization") or {}).get("quant_algo") or "").upper()

@@ -558,6 +558,10 @@ def _int(
     return v
 
 
+MAX_GIB = 2**20
+"""GiB of memory, a reserve or an overhead: past 1 PiB it is no machine's (and GiB to bytes would overflow)."""
+
+
 def _float(
     v: object,
     path: str,
@@ -576,11 +580,10 @@ def _float(
     if isinstance(v, int | float) and not isinstance(v, bool):
         with contextlib.suppress(OverflowError):
             x = float(v)
-    ok = math.isfinite(x) and (x > 0 if positive else x >= 0) and (not at_most_one or x <= 1)
+    ok = math.isfinite(x) and (x > 0 if positive else x >= 0) and x <= (1 if at_most_one else MAX_GIB)
     if not ok:
         rule = "a number greater than 0" if positive else "a number ≥ 0"
-        if at_most_one:
-            rule += " and at most 1"
+        rule += " and at most 1" if at_most_one else f" and at most {MAX_GIB:,} (GiB)"
         ctx.fail(path, f"must be {'auto or ' if auto else ''}{rule}, got {_show(v)}")
     return x
 
@@ -961,7 +964,7 @@ FIELDS: tuple[FieldSpec, ...] = (
        "head (runs Ray's head and vllm serve) or worker."),
     _F("nodes.machine", lambda v, p, c: _choice(v, p, c, MACHINE_NAMES, MACHINE_ALIASES),
        "This node's machine name (each node has its own memory and OS reserve)."),
-    _F("nodes.gpus", _int, "GPUs this node contributes."),
+    _F("nodes.gpus", lambda v, p, c: _int(v, p, c, cap=MAX_PARALLEL), "GPUs this node contributes."),
     _F("nodes.ssh", lambda v, p, c: _str(v, p, c, optional=True),
        "ssh destination for this node (default: host; loopback runs locally)."),
     _F("nodes.os_reserve_gib", lambda v, p, c: _float(v, p, c, auto=True),

@@ -109,7 +109,11 @@ JSON_VALUES = [0, -1, 1, 2, 2**31, 2**63, 2**64, -(2**63), 10**29, 1e308, -1e308
                "a" * 10_000, [], {}, [0], [None], {"a": 1}, "1", "-1", "1e9", "32k", list(range(1000)),
                {"type": "yarn", "factor": 1e308}, {"rope_type": "llama3", "factor": -1}]  # fmt: skip
 
+# The shapes a reader may not expect where it wants a number, a string or a list of them.
+SHAPES = [[1], [[1]], [{"a": 1}], {"a": 1}, [], {}, "x", "", None, True, False, 0, -1, 1, 2, 7, 0.5]
 json_value = st.one_of(
+    st.sampled_from(SHAPES),
+    st.sampled_from(SHAPES),
     st.sampled_from(JSON_VALUES),
     st.sampled_from(RAW_JSON),
     st.integers(),

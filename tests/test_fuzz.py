@@ -424,8 +424,16 @@ def test_stdout_closed_is_quiet(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "args",
-    [["archs"], ["plan", "llama8b-32k"], ["check", str(LOG), "--json"], ["archs", "--json"]],
-    ids=["archs", "plan", "check-json", "archs-json"],
+    [
+        ["archs"],
+        ["plan", "llama8b-32k"],
+        ["check", str(LOG), "--json"],
+        ["archs", "--json"],
+        ["--help"],
+        ["--version"],
+        ["plan", "--help"],
+    ],
+    ids=["archs", "plan", "check-json", "archs-json", "help", "version", "plan-help"],
 )
 def test_a_reader_that_went_away_is_141_and_quiet(tmp_path: Path, args: list[str]) -> None:
     r_fd, w_fd = os.pipe()
@@ -509,3 +517,57 @@ def test_a_json_flag_nested_too_deeply(flag: str, pasted: bool) -> None:
     args = ["plan", "llama8b-32k", flag, deep] if not pasted else ["plan", "llama8b-32k", "--", "vllm", "serve", "m/x",
                                                                    flag, deep]  # fmt: skip
     refused(run(*args), flag, "nested too deeply")
+
+
+# ---- config.json values the architecture readers took as given -----------------------------------------------------
+
+
+def _checkpoint_config(tmp_path: Path, family: str, **changes: object) -> Path:
+    config = json.loads((F.FIXTURES / "checkpoints" / f"{family}.json").read_text())["config"]
+    config.update(changes)
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(config))
+    return p
+
+
+@pytest.mark.parametrize(
+    ("family", "changes", "needle"),
+    [
+        ("nemotron_h", {"layers_block_type": ["mamba", ["mlp"]]}, "layers_block_type: must hold strings or numbers"),
+        ("nemotron_h", {"layers_block_type": [{"a": 1}]}, "got a dict at index 0"),
+        ("zamba2", {"layers_block_type": ["mamba", ["hybrid"]]}, "layers_block_type: must hold strings or numbers"),
+        ("lfm2", {"layer_types": [["conv"], "conv", "full_attention", "conv"]}, "layer_types: must hold strings"),
+        ("nemotron_h", {"layers_block_type": []}, "layers_block_type: lists no layers"),
+        ("zamba2", {"layers_block_type": []}, "layers_block_type: lists no layers"),
+        ("nemotron", {"partial_rotary_factor": 1e308}, "partial_rotary_factor: must be a finite number"),
+        ("nemotron", {"partial_rotary_factor": float("nan")}, "partial_rotary_factor: must be a finite number"),
+        ("nemotron", {"partial_rotary_factor": 7}, "partial rotary factor must be a number in [0, 1]"),
+        ("nemotron", {"rope_parameters": {"partial_rotary_factor": float("inf")}}, "partial rotary factor"),
+        ("lfm2", {"block_ffn_dim_multiplier": float("inf")}, "block_ffn_dim_multiplier: must be a finite number"),
+        ("lfm2", {"block_ffn_dim_multiplier": 1e300}, "block_ffn_dim_multiplier: must be a finite number"),
+    ],
+)
+def test_a_config_value_of_the_wrong_shape_names_its_key(
+    tmp_path: Path, family: str, changes: dict[str, object], needle: str
+) -> None:
+    cfg = _checkpoint_config(tmp_path, family, **changes)
+    refused(run("count", str(cfg)), needle)
+    refused(run("plan", "--hf-config-path", str(cfg), "--model", "m/x", "--machine", "h100"), needle)
+
+
+@pytest.mark.parametrize("flag", ["--gpu-memory-gib", "--overhead-gib", "--os-reserve-gib"])
+@pytest.mark.parametrize("value", ["1e308", "2000000"])
+def test_gib_past_a_pebibyte_is_refused(tmp_path: Path, flag: str, value: str) -> None:
+    field = flag[2:].replace("-", "_")
+    refused(run("plan", "--hf-config-path", str(LLAMA8B), "--model", "m/x", "--machine", "h100", flag, value), field)
+    p = tmp_path / "p.yaml"
+    p.write_text(profile_text(f"{field}: {value}\n"))
+    refused(run("plan", str(p)), field, "at most 1,048,576 (GiB)")
+
+
+def test_a_node_with_more_gpus_than_any_box_is_refused(tmp_path: Path) -> None:
+    text = (F.ROOT / "profiles" / "two-sparks-70b.yaml").read_text()
+    assert "gpus: 1" in text
+    p = tmp_path / "p.yaml"
+    p.write_text(text.replace("gpus: 1", f"gpus: {2**64}", 1))
+    refused(run("plan", str(p)), "nodes[0].gpus", "at most 4,096")

@@ -216,3 +216,58 @@ def test_an_existing_output_needs_force_and_a_symlink_is_not_followed(tmp_path: 
     assert_refused(run(*args), "a symlink; pass --force")
     assert run(*args, "--force").exit_code == 0
     assert precious.read_text() == "keep\n" and not link.is_symlink()  # the link replaced, its target untouched
+
+
+# --- quantization_config of the wrong shape, a quadratic log pattern, a non-ASCII pid ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("base", "key", "value"),
+    [
+        ("Qwen3-30B-A3B-FP8.json", "modules_to_not_convert", True),
+        ("DeepSeek-V3.json", "weight_block_size", [0, 128]),
+        ("DeepSeek-V3.json", "weight_block_size", ["x", 128]),
+        ("DeepSeek-V3.json", "weight_block_size", [[1], 128]),
+        ("DeepSeek-V3.json", "weight_block_size", [float("nan"), 128]),
+    ],
+)
+def test_malformed_quantization_config_is_one_line(tmp_path: Path, base: str, key: str, value: object) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from launcher.cli import main
+
+    cfg = json.loads((Path(__file__).parent / "fixtures" / "configs" / base).read_text())
+    cfg["quantization_config"][key] = value
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    r = CliRunner().invoke(main, ["count", str(path)])
+    assert r.exit_code == 2, r.output
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("vlaunch: error: ")
+    assert "weight_block_size" in r.stderr or "quantization_config" in r.stderr
+
+
+def test_repo_not_found_pattern_is_linear() -> None:
+    import time
+
+    from launcher.vllm.logs import parse_text
+
+    def cost(n: int) -> float:
+        t0 = time.perf_counter()
+        parse_text("huggingface_hub.errors.RepositoryNotFoundError: -1 Client Error. INFO " + "x" * n)
+        return time.perf_counter() - t0
+
+    cost(1000)
+    assert cost(50_000) < 2.0  # was 36-63 s: a name tried from every position of a long run
+
+
+@pytest.mark.parametrize("target", ["²", "١٢٣", "１２３"])
+def test_stop_takes_only_ascii_pids(target: str) -> None:
+    from click.testing import CliRunner
+
+    from launcher.cli import main
+
+    r = CliRunner().invoke(main, ["stop", target])
+    assert r.exit_code == 2 or r.exit_code == 1, r.output
+    assert "no running server for profile" in r.stderr

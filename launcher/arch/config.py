@@ -8,6 +8,7 @@ rather than from the file. Pure: no I/O.
 from __future__ import annotations
 
 import builtins
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -118,10 +119,14 @@ class Cfg:
         return value
 
     def float(self, key: builtins.str, default: Any = _MISSING) -> builtins.float:
+        """A finite number within MAX_DIM either side of 0 (a factor, a multiplier: NaN and 1e308 are not)."""
         value = self.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self.error(f"must be a number, got {value!r}", key)
-        return float(value)
+        x = float(value) if abs(value) <= MAX_DIM else math.inf
+        if not math.isfinite(x):
+            raise self.error(f"must be a finite number of at most {MAX_DIM:,} either side of 0, got {value!r}", key)
+        return x
 
     def str(self, key: builtins.str, default: Any = _MISSING) -> builtins.str | None:
         value = self.get(key, default)
@@ -132,11 +137,16 @@ class Cfg:
         return value
 
     def list(self, key: builtins.str, default: Any = _MISSING) -> builtins.list[Any] | None:
+        """A list of strings, numbers, booleans or nulls (layer types, windows): a nested list or mapping in it is
+        an error naming its index."""
         value = self.get(key, default)
         if value is None:
             return None
         if not isinstance(value, list | tuple):
             raise self.error(f"must be a list, got {type(value).__name__}", key)
+        for i, v in enumerate(value):
+            if isinstance(v, list | tuple | dict):
+                raise self.error(f"must hold strings or numbers, got a {type(v).__name__} at index {i}", key)
         return list(value)
 
     def int_list(self, key: builtins.str, default: Any = _MISSING) -> builtins.list[builtins.int] | None:

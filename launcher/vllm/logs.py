@@ -913,7 +913,8 @@ HF_REPO_NOT_FOUND = _p(
     r"(?P<repo>[\w.-]+/[\w.-]+))?"
     r"|Repository Not Found for url: (?:\S*?huggingface\.co/(?:api/models/)?(?P<repo>[\w.-]+/[\w.-]+))?"
     r"|(?P<revision>Revision Not Found for url)"
-    r"|(?P<repo>[\w./-]+) is not a local folder and is not a valid model identifier"
+    # the name starts where a run of name characters starts: a long run is tried once, not from every position in it
+    r"|(?<![\w./-])(?P<repo>[\w./-]{1,256}) is not a local folder and is not a valid model identifier"
     r"|(?P<invalid>Invalid repository ID or local directory specified): '(?P<repo>[^']*)'",
     example="Repository Not Found for url: https://huggingface.co/api/models/Qwen/Qwen3-8B-Instructt/tree/main"
     "?recursive=true&expand=false.",

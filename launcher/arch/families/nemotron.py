@@ -23,4 +23,6 @@ def read(c: Cfg, meta: Meta) -> Model:
     rope = c.raw.get("rope_parameters")
     factor = rope.get("partial_rotary_factor") if isinstance(rope, dict) else None
     factor = factor if isinstance(factor, int | float) else c.float("partial_rotary_factor")
+    if isinstance(factor, bool) or not 0 <= factor <= 1:  # NaN fails both comparisons
+        raise c.error(f"partial rotary factor must be a number in [0, 1], got {factor!r}", "partial_rotary_factor")
     return plain_mlp_model(c, meta, norm_bias=True, rotary_factor=factor)

@@ -95,6 +95,8 @@ def block_types(c: Cfg, list_key: str, pattern_key: str, default: list[str]) -> 
             return [PATTERN[ch] for ch in pattern]
         raw = default
     out = [LEGACY.get(t, t) for t in raw]
+    if not out:
+        raise c.error("lists no layers", list_key if raw is not default else pattern_key)
     for i, t in enumerate(out):
         if t not in KINDS:
             raise c.error(f"unknown block type {t!r} at index {i}; known: {', '.join(sorted(KINDS))}", list_key)

@@ -104,6 +104,8 @@ class SharedBlockMLP(DenseMLP):
 def block_types(c: Cfg) -> list[str]:
     raw = c.list("layers_block_type")
     names = raw if raw is not None else DEFAULT_BLOCKS
+    if not names:
+        raise c.error("lists no layers", "layers_block_type")
     out = []
     for i, t in enumerate(names):
         if t not in KINDS:
