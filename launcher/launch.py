@@ -295,7 +295,7 @@ def serve(
                 if event is not None:
                     _note_watchdog(record, event, echo)
                     if event.kind == "stop":
-                        record["stopped_by"] = f"watchdog: {event.line().removeprefix('watchdog: ')}"
+                        record["stopped_by"] = event.line()  # "watchdog: MemAvailable …"
                         exit_code = pf.EXIT_WATCHDOG
                         break
             if ready_at is None and now - last_health > 1.0 and watcher.stage in (Stage.GRAPHS, Stage.READY):
@@ -436,16 +436,12 @@ def _sample(seconds: float, root: int, known: list[psutil.Process]) -> MemSample
         meminfo = machines.read_meminfo()
     except (OSError, machines.MachineError):
         meminfo = {}
-    rss = 0
-    seen: set[int] = set()
     try:
         tree = [psutil.Process(root), *guard.descendants(root)]
     except psutil.Error:
         tree = []
-    for p in [*tree, *known]:
-        if p.pid in seen:
-            continue
-        seen.add(p.pid)
+    rss = 0
+    for p in _merge(tree, known):
         with contextlib.suppress(psutil.Error):
             rss += p.memory_info().rss
     return sample_from_meminfo(seconds, meminfo, rss)
