@@ -277,6 +277,13 @@ def is_mtp_tensor(t: Tensor, shape: Model) -> bool:
     return t.layer is not None and t.layer >= shape.num_layers
 
 
+def rank_weight_inputs(shape: Model, args: EngineArgs) -> tuple[object, ...]:
+    """The engine settings rank_weight_bytes reads: a key for reusing its result (planning.reusing)."""
+    rotary_len = 0 if shape.max_position_embeddings else args.max_model_len
+    return (args.tensor_parallel_size, args.pipeline_parallel_size, args.speculative_method, args.platform,
+            args.dtype_bytes, rotary_len)  # fmt: skip
+
+
 def rank_weight_bytes(
     shape: Model,
     ts: list[Tensor],
@@ -439,6 +446,8 @@ class Prediction:
     state_bytes_per_request: int = 0  # Mamba / linear-attention state of one request, as its layers hold it
     state_request_bytes: int = 0  # the pool blocks that state takes per request (padded pages, align-mode copies)
     state_need_bytes: int = 0  # users × state_request_bytes (part of kv_need_bytes)
+    room_bytes: int = 0  # the lesson's room for KV: memory − OS − weights − overhead − activation peak
+    outside_bytes: int = 0  # what the process holds beyond vLLM's budget (CUDA context, graphs captured outside)
 
     @property
     def plan_total_bytes(self) -> int:
@@ -472,6 +481,7 @@ class PlanRequest:
     cpu_rss_bytes: int | None = None  # CPU backend: worker RSS at KV time, when measured
     drafter: Model | None = None  # a draft model / EAGLE head speculating for this one (its layers join the pool)
     calibration: Calibrated | None = None  # measured terms from earlier runs of this version on this machine
+    kv_layout: vp.KVLayout | None = None  # rank_layout's result when the caller has it already
 
 
 @dataclass(frozen=True)
@@ -496,7 +506,9 @@ def _util_ceil(x: float) -> float:
 def predict(req: PlanRequest) -> Prediction:
     s, a = req.shape, req.args
     v = a.version
-    lay, ctx = rank_layout(s, a, req.pp_rank, req.drafter)
+    lay, ctx = (
+        (req.kv_layout, a.context()) if req.kv_layout is not None else rank_layout(s, a, req.pp_rank, req.drafter)
+    )
     per_req_blocks = vp.blocks_per_request(lay, ctx)
     request_bytes = per_req_blocks * lay.bytes_per_block  # one block id spans a layer of every group
     state_raw, state_charged = state_bytes_per_request(lay, ctx)
@@ -726,6 +738,8 @@ def predict(req: PlanRequest) -> Prediction:
         state_bytes_per_request=state_raw,
         state_request_bytes=state_charged,
         state_need_bytes=req.users * state_charged,
+        room_bytes=room,
+        outside_bytes=outside,
     )
 
 
@@ -745,6 +759,16 @@ def rank_layers(
     mine = pp_layer_ranges(s.num_layers, a.pipeline_parallel_size)[pp_rank]
     last = pp_rank == a.pipeline_parallel_size - 1
     return layers, [i in mine or (i >= s.num_layers and last) for i in range(len(layers))]
+
+
+def layout_inputs(s: Model, a: EngineArgs) -> tuple[object, ...]:
+    """The engine settings rank_layout reads (beyond the model, the drafter and the rank): a key for reusing its
+    result (planning.reusing). max_model_len sizes a state block only for attention-free models without prefix
+    caching."""
+    attention_free = all(m.kind in STATE_KINDS for layer in s.layers for m in layer.mixers)
+    length = a.max_model_len if attention_free and a.mamba_cache_mode == "none" else 0
+    return (a.spec_settings(), a.speculative_method, a.pipeline_parallel_size, a.pooling, a.hybrid_manager,
+            a.platform, a.block_size, a.version, a.mamba_cache_mode, length)  # fmt: skip
 
 
 def rank_layout(s: Model, a: EngineArgs, pp_rank: int = 0, drafter: Model | None = None) -> tuple[vp.KVLayout, Context]:

@@ -607,6 +607,185 @@ def plan(
         sys.exit(EXIT_DOES_NOT_FIT)
 
 
+_FIT_PINNABLE = ("quantization", "kv_cache_dtype", "tensor_parallel_size", "pipeline_parallel_size",
+                 "speculative_config", "max_num_seqs")  # fmt: skip
+
+
+def _fit_base(model: str, flags: dict[str, Any]) -> Any:
+    """The profile fit starts from: a profile (a .yaml file, or a name `vlaunch profiles` lists) with the flags
+    over it, or MODEL (repo id, directory, config.json) with the flags."""
+    from pathlib import Path
+
+    from launcher.files import expand_user
+    from launcher.profiles import BUNDLED_PROFILES, available_profiles
+
+    local = Path(expand_user(model, VlaunchError))
+    names = set(available_profiles(Path.cwd() / "profiles")) | set(available_profiles(BUNDLED_PROFILES))
+    is_dir_or_json = local.is_dir() or (local.is_file() and local.suffix == ".json")
+    if not is_dir_or_json and (model.endswith((".yaml", ".yml")) or ("/" not in model and model in names)):
+        return build_profile(model, flags)
+    if flags.get("model") and flags["model"] != model:
+        raise VlaunchError(f"MODEL is {model!r} and --model is {flags['model']!r}; give one")
+    return build_profile(None, {**flags, "model": model})
+
+
+def _fit_profile_path(name: str) -> str:
+    """--write-profile NAME: ./profiles/NAME.yaml (what `plan NAME` finds), or NAME itself when it is a path."""
+    import re
+
+    if "/" in name or name.endswith((".yaml", ".yml")):
+        return name
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", name):
+        raise VlaunchError("must be a profile name of letters, digits, '.', '_' and '-' (or a path)",
+                           field="--write-profile")  # fmt: skip
+    return os.path.join("profiles", f"{name}.yaml")
+
+
+@main.command()
+@click.argument("model_arg", metavar="MODEL")
+@_plan_options
+@click.option("--context", "context", metavar="TOKENS",
+              help="Context each user needs (8192, 32k, 32K, 128K); default: the longest that fits.")  # fmt: skip
+@click.option("--compare", metavar="M1,M2,…", help="Search these machines too (spark,h100,rtx4090).")
+@click.option("--gpus", type=click.IntRange(1, 4096), help="GPUs in the box (default: read, else 1).")
+@click.option(
+    "--max-nodes",
+    type=click.IntRange(1, 2),
+    default=2,
+    show_default=True,
+    help="DGX Sparks a model may span (one GPU each, vLLM's Ray executor).",
+)
+@click.option(
+    "--formats",
+    "formats_",
+    metavar="F1,F2,…",
+    help="Weight formats to consider (default: the checkpoint's own and those its family ships).",
+)
+@click.option(
+    "--memory-bandwidth-gbs",
+    type=click.FloatRange(min=0.001, max=1e7),
+    help="Memory bandwidth per GPU in GB/s for the decode ceiling (default: the machine catalog's).",
+)
+@click.option("--top", type=click.IntRange(min=1), default=12, show_default=True, help="Rows shown per machine.")
+@click.option("--all", "show_all", is_flag=True, help="Show every row.")
+@click.option("--html", "html_path", metavar="FILE", help="Also write the options as bars on one scale.")
+@click.option(
+    "--write-profile",
+    "write_profile",
+    metavar="NAME",
+    help="Write the chosen row as profiles/NAME.yaml (or NAME when it is a path) for plan and serve.",
+)
+@click.option("--pick", type=click.IntRange(min=1), metavar="RANK",
+              help="With --write-profile: the row of this rank instead of the chosen one.")  # fmt: skip
+@click.option("--force", is_flag=True, help=_FORCE_HELP)
+def fit(
+    model_arg: str,
+    context: str | None,
+    compare: str | None,
+    gpus: int | None,
+    max_nodes: int,
+    formats_: str | None,
+    memory_bandwidth_gbs: float | None,
+    top: int,
+    show_all: bool,
+    html_path: str | None,
+    write_profile: str | None,
+    pick: int | None,
+    force: bool,
+    as_json: bool,
+    free_gib: float | None,
+    no_calibration: bool,
+    **flags: Any,
+) -> None:
+    """The ways to run MODEL on a machine, each planned exactly as `plan` plans it, best first.
+
+    MODEL is a repo id, a model directory, a config.json or a profile. vlaunch enumerates the weight format (the
+    checkpoint's own; for a 16-bit checkpoint bf16, fp8, NVFP4, MXFP4, AWQ, GPTQ and GGUF Q8_0 / Q4_K_M), the KV
+    cache dtype (auto, fp8), tensor / pipeline parallel over the box's GPUs or two DGX Sparks, MTP speculative
+    decoding where the checkpoint has it, and max_num_seqs; a choice given as a flag (--quantization,
+    --kv-cache-dtype, -tp, -pp, --speculative-config, --max-num-seqs) is held. With --users N and --context C the
+    options that fit N users × C tokens come first: fewest quality compromises (bf16 > fp8 > NVFP4/MXFP4 > int4;
+    KV auto > fp8), then fewest GPUs, then the most memory left. Without them each row gives the most users at the
+    model's context and the longest context for 1, 4 and 16 users. Each row's decode speed is a ceiling
+    (bandwidth ÷ bytes per step), not a benchmark. Exit 3 when no option fits.
+    """
+    from launcher import fit as fitting
+    from launcher.machines import canonical_machine_name
+    from launcher.profiles import parse_tokens
+    from launcher.render import render_fit
+
+    given_len = flags.get("max_model_len")
+    if context is not None and given_len is not None and str(context) != str(given_len):
+        raise VlaunchError("--context and --max-model-len say different things; give one")
+    raw_context = context if context is not None else given_len
+    if raw_context is not None and str(raw_context).strip().lower() in ("auto", "-1"):
+        raw_context = None  # the longest that fits: fit's own search
+    target_context = None if raw_context is None else parse_tokens(raw_context, "--context")
+    flags = {**flags, "max_model_len": None}
+    base = _fit_base(model_arg, flags)
+    pinned = {k: flags.get(k) for k in _FIT_PINNABLE if flags.get(k) is not None}
+    machines = [base.machine]
+    if compare:
+        machines += [canonical_machine_name(n) for n in compare.split(",") if n.strip()]
+    allowed = None
+    if formats_:
+        from launcher.formats import normalize_name
+
+        allowed = tuple(normalize_name(x) for x in formats_.split(",") if x.strip())
+    target = fitting.Target(users=flags.get("users"), context=target_context)
+    result = fitting.search(
+        base,
+        machines,
+        target,
+        gpus=gpus,
+        max_nodes=max_nodes,
+        formats_allowed=allowed,
+        pinned=pinned,
+        bandwidth_gbs=memory_bandwidth_gbs,
+        use_calibration=not no_calibration,
+    )
+    written = None
+    if write_profile:
+        row = _fit_pick(result, pick)
+        path = _fit_profile_path(write_profile)
+        if not os.path.isabs(path) and path.startswith("profiles" + os.sep):
+            os.makedirs("profiles", exist_ok=True)  # where `plan NAME` and `serve NAME` look first
+        text = fitting.profile_text(row, os.path.basename(path).rsplit(".", 1)[0], result)
+        _write_text(path, text, inputs=_inputs(base, flags.get("serve_config")), force=force)
+        written = path
+    if html_path:
+        from launcher.report import fit_page_data, render_fit_html
+
+        page = render_fit_html(fit_page_data(result))
+        _write_text(html_path, page, inputs=_inputs(base, flags.get("serve_config")), force=force)
+    if as_json:
+        data = result.to_json()
+        data["written_profile"] = written
+        emit_json(data)
+    else:
+        click.echo(render_fit(result, top=None if show_all else top))
+        if written:
+            click.echo(f"profile: {written} (vlaunch plan {written}; vlaunch serve {written})")
+        if html_path:
+            click.echo(f"html: {html_path}")
+    if not result.fits:
+        sys.exit(EXIT_DOES_NOT_FIT)
+
+
+def _fit_pick(result: Any, pick: int | None) -> Any:
+    if pick is not None:
+        row = next((r for r in result.rows if r.rank == pick), None)
+        if row is None:
+            raise VlaunchError(f"no row of rank {pick}; the search has {len(result.rows)}", field="--pick")
+        return row
+    row = result.chosen()
+    if row is None:
+        from launcher.fit import NothingFits
+
+        raise NothingFits("no option fits, so none is chosen; --pick RANK writes a row anyway", field="--write-profile")
+    return row
+
+
 def _plan_for_log(
     facts: Any, profile: str | None, flags: dict[str, Any], free_gib: float | None, use_calibration: bool = True
 ) -> Any:

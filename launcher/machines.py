@@ -53,6 +53,9 @@ class Machine:
     source: str
     """Where `total_bytes` comes from, in one short sentence."""
     compute_capability: str | None = None
+    bandwidth_bytes_per_s: int | None = None
+    """Peak memory bandwidth per GPU (bytes/s, decimal as vendors state it): the roof of decode speed."""
+    bandwidth_source: str = ""
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -64,10 +67,22 @@ class Machine:
             "gpus": self.gpus,
             "source": self.source,
             "compute_capability": self.compute_capability,
+            "bandwidth_bytes_per_s": self.bandwidth_bytes_per_s,
+            "bandwidth_source": self.bandwidth_source,
         }
 
 
-def _gpu(name: str, description: str, total_gib: float, cc: str, source: str, *, unified: bool = False) -> Machine:
+def _gpu(
+    name: str,
+    description: str,
+    total_gib: float,
+    cc: str,
+    source: str,
+    *,
+    bandwidth_gbs: float,
+    bandwidth_source: str,
+    unified: bool = False,
+) -> Machine:
     return Machine(
         name,
         description,
@@ -76,6 +91,8 @@ def _gpu(name: str, description: str, total_gib: float, cc: str, source: str, *,
         "cuda",
         source=source,
         compute_capability=cc,
+        bandwidth_bytes_per_s=round(bandwidth_gbs * 10**9),
+        bandwidth_source=bandwidth_source,
     )
 
 
@@ -91,6 +108,8 @@ CATALOG: dict[str, Machine] = {
             "12.1",
             "figure supplied for GB10's cudaMemGetInfo total (the RAM CUDA sees); not measured here",
             unified=True,
+            bandwidth_gbs=273,
+            bandwidth_source="NVIDIA DGX Spark specifications: 128 GB LPDDR5x, 273 GB/s",
         ),
         _gpu(
             "h100-80gb",
@@ -98,26 +117,80 @@ CATALOG: dict[str, Machine] = {
             79.19,
             "9.0",
             "from vLLM logs' 'Free memory on device (78.68/79.19 GiB)' line (shared/vllm-logs, H100 80GB runs)",
+            bandwidth_gbs=3350,
+            bandwidth_source="NVIDIA H100 datasheet: H100 SXM 3.35 TB/s (PCIe 2.0 TB/s)",
         ),
-        _gpu("h200", "NVIDIA H200 (141 GB HBM3e)", 139.81, "9.0", "placeholder, to be measured"),
-        _gpu("a100-80gb", "NVIDIA A100 80GB (SXM4 or PCIe)", 79.15, "8.0", _NOT_MEASURED),
+        _gpu(
+            "h200",
+            "NVIDIA H200 (141 GB HBM3e)",
+            139.81,
+            "9.0",
+            "placeholder, to be measured",
+            bandwidth_gbs=4800,
+            bandwidth_source="NVIDIA H200 datasheet: 4.8 TB/s",
+        ),
+        _gpu(
+            "a100-80gb",
+            "NVIDIA A100 80GB (SXM4 or PCIe)",
+            79.15,
+            "8.0",
+            _NOT_MEASURED,
+            bandwidth_gbs=2039,
+            bandwidth_source="NVIDIA A100 datasheet: 80GB SXM 2,039 GB/s (PCIe 1,935 GB/s)",
+        ),
         _gpu(
             "a100-40gb",
             "NVIDIA A100 40GB (SXM4 or PCIe)",
             39.39,
             "8.0",
             "typical torch OOM message 'total capacity of 39.39 GiB' (A100 40GB); not measured here",
+            bandwidth_gbs=1555,
+            bandwidth_source="NVIDIA A100 datasheet: 40GB 1,555 GB/s",
         ),
-        _gpu("l40s", "NVIDIA L40S (48 GB GDDR6)", 44.39, "8.9", _NOT_MEASURED),
-        _gpu("rtx5090", "NVIDIA GeForce RTX 5090 (32 GB)", 31.36, "12.0", _NOT_MEASURED),
-        _gpu("rtx4090", "NVIDIA GeForce RTX 4090 (24 GB)", 23.64, "8.9", _NOT_MEASURED),
-        _gpu("rtx4080", "NVIDIA GeForce RTX 4080 (16 GB)", 15.59, "8.9", _NOT_MEASURED),
+        _gpu(
+            "l40s",
+            "NVIDIA L40S (48 GB GDDR6)",
+            44.39,
+            "8.9",
+            _NOT_MEASURED,
+            bandwidth_gbs=864,
+            bandwidth_source="NVIDIA L40S datasheet: 864 GB/s",
+        ),
+        _gpu(
+            "rtx5090",
+            "NVIDIA GeForce RTX 5090 (32 GB)",
+            31.36,
+            "12.0",
+            _NOT_MEASURED,
+            bandwidth_gbs=1792,
+            bandwidth_source="NVIDIA GeForce RTX 5090 specifications: 1,792 GB/s",
+        ),
+        _gpu(
+            "rtx4090",
+            "NVIDIA GeForce RTX 4090 (24 GB)",
+            23.64,
+            "8.9",
+            _NOT_MEASURED,
+            bandwidth_gbs=1008,
+            bandwidth_source="NVIDIA GeForce RTX 4090 specifications: 1,008 GB/s",
+        ),
+        _gpu(
+            "rtx4080",
+            "NVIDIA GeForce RTX 4080 (16 GB)",
+            15.59,
+            "8.9",
+            _NOT_MEASURED,
+            bandwidth_gbs=716.8,
+            bandwidth_source="NVIDIA GeForce RTX 4080 specifications: 716.8 GB/s",
+        ),
         _gpu(
             "rtx3090",
             "NVIDIA GeForce RTX 3090 (24 GB)",
             23.58,
             "8.6",
             "from vLLM startup log total_gpu_memory=23.58GiB (RTX 3090, vLLM issue #10517)",
+            bandwidth_gbs=936.2,
+            bandwidth_source="NVIDIA GeForce RTX 3090 specifications: 936.2 GB/s",
         ),
         _gpu(
             "t4",
@@ -125,6 +198,8 @@ CATALOG: dict[str, Machine] = {
             14.56,
             "7.5",
             "from a vLLM V0 log 'total_gpu_memory (14.56GiB)' on a Colab Tesla T4",
+            bandwidth_gbs=320,
+            bandwidth_source="NVIDIA T4 datasheet: 320 GB/s",
         ),
     )
 }

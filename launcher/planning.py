@@ -6,10 +6,13 @@ vllm_pool.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
+from collections.abc import Callable, Hashable, Iterator
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from launcher import budget, formats
 from launcher.arch.model import Model
@@ -25,13 +28,45 @@ from launcher.profiles import Profile
 from launcher.records import dataclass
 from launcher.units import GiB, gib_to_bytes
 from launcher.vllm import pool as vp
-from launcher.vllm import specs
+from launcher.vllm import quant, specs
 from launcher.vllm import versions as V
 from launcher.vllm.detect import Detected, detect_version
 
 OS_RESERVE_FLOOR = 6 * GiB  # never plan a unified machine with less left to the OS and page cache
 OS_RESERVE_DEFAULT = 10 * GiB  # the lesson's assumption for a Spark planned from the catalog
 OS_RESERVE_HEADROOM = 2 * GiB  # on top of what the OS uses now, for page cache and a browser
+
+# A search (`vlaunch fit`) plans one model hundreds of times with a few flags changed. Inside `reusing()` what
+# does not change between those plans is worked out once: the model read from its files, the vLLM version, the
+# machine's reading, the tensors and their bytes per format, each rank's weights and cache layout, the
+# calibration store. Each entry is keyed by every input of what it caches, so a plan made inside is the plan
+# made outside. Outside `reusing()` nothing is kept.
+_REUSE: ContextVar[dict[Hashable, tuple[tuple[object, ...], Any]] | None] = ContextVar("vlaunch_reuse", default=None)
+_T = TypeVar("_T")
+
+
+@contextlib.contextmanager
+def reusing() -> Iterator[None]:
+    """Plans made inside share the work their inputs have in common (see _REUSE)."""
+    token = _REUSE.set({})
+    try:
+        yield
+    finally:
+        _REUSE.reset(token)
+
+
+def _memo(key: Hashable, compute: Callable[[], _T], *objects: object) -> _T:
+    """compute(), kept under `key` inside `reusing()`. `objects` are inputs the key names by id(): the entry holds
+    them, so no other object can take their id while it lives, and a hit requires the very same objects."""
+    cache = _REUSE.get()
+    if cache is None:
+        return compute()
+    hit = cache.get(key)
+    if hit is not None and len(hit[0]) == len(objects) and all(a is b for a, b in zip(hit[0], objects, strict=True)):
+        return hit[1]  # type: ignore[no-any-return]
+    value = compute()
+    cache[key] = (objects, value)
+    return value
 
 
 @dataclass(frozen=True)
@@ -128,6 +163,19 @@ def load(spec: str) -> ModelSource:
     """modelsource.load, with a `~user/…` naming no user refused as a bad path."""
     expand_user(spec, ConfigError)
     return _load_source(spec)
+
+
+def _read(profile: Profile) -> tuple[ModelSource, Model, Any]:
+    src = _config_source(profile)
+    shape, found = read_model(src)
+    return src, shape, found
+
+
+def _modelled_bytes(ckpt: Any, shape: Model, ts: list[Any], per_tensor: list[int]) -> int:
+    """What the format arithmetic gives for the tensors a checkpoint holds: MTP layers only when it carries them."""
+    if _ckpt_has_mtp(ckpt, shape):
+        return sum(per_tensor)
+    return sum(b for t, b in zip(ts, per_tensor, strict=True) if not budget.is_mtp_tensor(t, shape))
 
 
 def _config_source(profile: Profile) -> ModelSource:
@@ -240,6 +288,31 @@ def cpu_has_avx512_bf16() -> bool:
     return False
 
 
+def tensor_bytes_of(plan: Plan) -> tuple[list[Any], list[int]]:
+    """The plan's tensors (MTP layers included) and their bytes in its format."""
+    shape, spec = plan.shape, plan.spec
+    ts = _memo(("tensors", id(shape)), lambda: shape.tensors(mtp=True), shape)
+    return ts, _memo(("bytes", id(shape), spec), lambda: formats.tensor_bytes(shape, spec, ts), shape)
+
+
+def kv_geometry(plan: Plan) -> Any:
+    """kv.KVPerToken of the plan's model, KV cache dtype and tensor-parallel size (per rank)."""
+    shape, a = plan.shape, plan.prediction.args
+    return _memo(
+        ("kv", id(shape), a.kv_cache_dtype, a.tensor_parallel_size),
+        lambda: kv_per_token(shape, a.kv_cache_dtype, a.tensor_parallel_size),
+        shape,
+    )
+
+
+def checkpoint_note(fmt: str, checkpoint: str) -> str:
+    """The plan prices weights in a format this checkpoint is not stored in, and vLLM does not make at load."""
+    return (
+        f"weights priced as {fmt}, but this checkpoint is {checkpoint} and vLLM makes only fp8 from a 16-bit "
+        f"checkpoint while loading: serving it takes a {fmt} checkpoint of this model (point model: at one)"
+    )
+
+
 def _max_len_error(shape: Model, profile: Profile, env: dict[str, str]) -> str | None:
     limit = shape.max_position_embeddings
     mml = profile.max_model_len
@@ -330,11 +403,12 @@ def _make_plan(
     use_calibration: bool = True,
     mml: int | None = None,
 ) -> Plan:
-    src = _config_source(profile)
-    shape, found = read_model(src)
-    detected = detect_version(profile.vllm, ask=live)
+    src, shape, found = _memo(("model", profile.model, profile.config), lambda: _read(profile))
+    detected = _memo(("version", profile.vllm, live), lambda: detect_version(profile.vllm, ask=live))
     version = detected.version
-    shape = loaded_towers(shape, profile, version)
+    whole = shape
+    towers_key = ("towers", id(whole), profile.language_model_only, profile.limit_mm_per_prompt, version)
+    shape = _memo(towers_key, lambda: loaded_towers(whole, profile, version), whole)
     _pool_modelled(shape, src.config_path)
     spec = _format(profile, shape, src)
     speculative = profile.speculative
@@ -342,10 +416,13 @@ def _make_plan(
     if method is None and speculative.get("model"):
         method = "draft_model"
     # MTP layers are counted apart: vLLM loads them only when it speculates with them.
-    ts = shape.tensors(mtp=True)
-    per_tensor = formats.tensor_bytes(shape, spec, ts)
+    ts = _memo(("tensors", id(shape)), lambda: shape.tensors(mtp=True), shape)
+    per_tensor = _memo(("bytes", id(shape), spec), lambda: formats.tensor_bytes(shape, spec, ts), shape)
 
-    machine, reading = machine_for_plan(profile.machine, gpu_memory_gib=profile.gpu_memory_gib, live=live)
+    machine, reading = _memo(
+        ("machine", profile.machine, profile.gpu_memory_gib, live),
+        lambda: machine_for_plan(profile.machine, gpu_memory_gib=profile.gpu_memory_gib, live=live),
+    )
     platform: vp.Platform = "cpu" if machine.backend == "cpu" else "cuda"
     env = dict(profile.vllm.env)
     args = budget.resolve_engine_args(
@@ -374,7 +451,7 @@ def _make_plan(
         num_speculative_tokens=int(speculative.get("num_speculative_tokens") or 0),
         speculative_method="mtp" if is_mtp(method) else method,
         pooling=profile.runner == "pooling",
-        cpu_bf16=platform == "cpu" and cpu_has_avx512_bf16(),
+        cpu_bf16=platform == "cpu" and _memo("avx512_bf16", cpu_has_avx512_bf16),
         disable_hybrid_manager=profile.disable_hybrid_kv_cache_manager,
         chunked_with_hybrid=env.get(
             "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE", "1" if V.CHUNKED_WITH_HYBRID.on(version) else "0"
@@ -388,25 +465,33 @@ def _make_plan(
             source=src.config_path,
             field="speculative_config.method",
         )
-    drafter, drafter_bytes = _drafter(speculative, args.speculative_method, method, args.tensor_parallel_size)
+    drafter, drafter_bytes = _memo(
+        ("drafter", profile.speculative_config, args.speculative_method, args.tensor_parallel_size),
+        lambda: _drafter(speculative, args.speculative_method, method, args.tensor_parallel_size),
+    )
 
-    kv = kv_per_token(shape, args.kv_cache_dtype, args.tensor_parallel_size)
+    kv = _memo(
+        ("kv", id(shape), args.kv_cache_dtype, args.tensor_parallel_size),
+        lambda: kv_per_token(shape, args.kv_cache_dtype, args.tensor_parallel_size),
+        shape,
+    )
     exact_extra = 0
     if args.tensor_parallel_size == 1 and args.pipeline_parallel_size == 1 and src.model_dir:
         ckpt = found if src.origin in ("directory", "hf-cache") else None
         if ckpt is not None and ckpt.total_bytes and spec == formats.detect(shape, src.hf_quant_config):
-            # exact bytes from the files; MTP layers only when the checkpoint carries them
-            modelled = sum(b for t, b in zip(ts, per_tensor, strict=True) if not budget.is_mtp_tensor(t, shape))
-            if _ckpt_has_mtp(ckpt, shape):
-                modelled = sum(per_tensor)
-            exact_extra = ckpt.total_bytes - modelled
+            exact_extra = ckpt.total_bytes - _memo(
+                ("modelled", id(shape), spec), lambda: _modelled_bytes(ckpt, shape, ts, per_tensor), shape
+            )
     calibrated = None
     if platform == "cpu" and cpu_rss_bytes is None and use_calibration:
-        calibrated = lookup_cpu_worker("cpu", V.fmt_version(version), profile.vllm.python, family=shape.family)
+        calibrated = _memo(
+            ("cpu_worker", version, profile.vllm.python, shape.family),
+            lambda: lookup_cpu_worker("cpu", V.fmt_version(version), profile.vllm.python, family=shape.family),
+        )
     gpu_terms = None
     if platform == "cuda" and use_calibration and profile.overhead_gib is None:
         key = machine_key(machine.name, machine.total_bytes)
-        terms = lookup_terms(key, V.fmt_version(version))
+        terms = _memo(("terms", key, version), lambda: lookup_terms(key, V.fmt_version(version)))
         if terms:
             nt_key = "non_torch_bytes_tp1" if args.tensor_parallel_size == 1 else "non_torch_bytes_tp_many"
             gpu_terms = budget.Calibrated(
@@ -425,7 +510,11 @@ def _make_plan(
     slots = _placements(profile, machine, reading, args, free_bytes)
 
     def request(slot: _Slot, util_: float | None) -> budget.PlanRequest:
-        weights = budget.rank_weight_bytes(shape, ts, per_tensor, spec, args, slot.pp_rank) + exact_extra
+        weights = exact_extra + _memo(
+            ("rank_weights", id(shape), spec, budget.rank_weight_inputs(shape, args), slot.pp_rank),
+            lambda: budget.rank_weight_bytes(shape, ts, per_tensor, spec, args, slot.pp_rank),
+            shape,
+        )
         if slot.pp_rank == args.pipeline_parallel_size - 1:
             weights += drafter_bytes  # the drafter runs on the last stage
         rss = cpu_rss_bytes
@@ -449,6 +538,12 @@ def _make_plan(
             cpu_rss_bytes=rss,
             drafter=drafter,
             calibration=gpu_terms,
+            kv_layout=_memo(
+                ("layout", id(shape), id(drafter), budget.layout_inputs(shape, args), slot.pp_rank),
+                lambda: budget.rank_layout(shape, args, slot.pp_rank, drafter)[0],
+                shape,
+                drafter,
+            ),
         )
 
     # One gpu_memory_utilization for all ranks: what the hungriest rank needs, never above what any allows.
@@ -492,7 +587,17 @@ def _make_plan(
         _gpu_count_error(profile, machine, reading)
         or _tp_error(shape, args.tensor_parallel_size)
         or _max_len_error(shape, profile, env)
+        or quant.refusal(
+            spec.name,
+            version=version,
+            platform=platform,
+            compute_capability=machine.compute_capability,
+            model_type=shape.model_type,
+        )
     )
+    checkpoint_format = formats.detect(shape, src.hf_quant_config)
+    if quant.needs_checkpoint(spec.name, checkpoint_format.name):
+        pred = dataclasses.replace(pred, notes=(*pred.notes, checkpoint_note(spec.name, checkpoint_format.name)))
     argv, launch_env = vllm_argv(profile, pred, spec, formats.detect(shape, src.hf_quant_config))
     return Plan(
         profile,

@@ -558,8 +558,22 @@ def check_port(plan: Plan, probes: Probes, out: list[Refusal]) -> None:
 
 
 def check_model(plan: Plan, probes: Probes, out: list[Refusal]) -> None:
-    """10: the model vLLM loads resolves: a local directory with config.json, or a repo in the cache or on the hub."""
+    """10: the model vLLM loads resolves: a local directory with config.json, or a repo in the cache or on the hub;
+    and its weights are in the format the plan priced (or one vLLM makes from them while loading)."""
+    from launcher import formats
+    from launcher.vllm import quant
+
     p = plan.profile
+    stored = formats.detect(plan.shape, plan.source.hf_quant_config).name
+    if quant.needs_checkpoint(plan.spec.name, stored):
+        out.append(
+            Refusal(
+                EXIT_MODEL,
+                f"the plan prices {plan.spec.name} weights, but {p.model} is a {stored} checkpoint and vLLM "
+                f"quantizes only to fp8 while loading",
+                f"point model: at a {plan.spec.name} checkpoint of this model, or drop quantization: to serve {stored}",
+            )
+        )
     model = p.model
     mode = p.vllm.launch
     path = Path(model).expanduser()

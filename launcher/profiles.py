@@ -1035,3 +1035,57 @@ def _close(word: str, choices: list[str] | tuple[str, ...], n: int, cutoff: floa
     import difflib
 
     return difflib.get_close_matches(word, choices, n=n, cutoff=cutoff)
+
+
+def parse_tokens(value: object, flag: str) -> int:
+    """A token count given on the command line (8192, 32k, 32K, 1M), checked as a profile's max_model_len is."""
+    checked: int = _size_int(value, flag, _Ctx(None, None))
+    return checked
+
+
+# ---- writing ------------------------------------------------------------------------------------------------
+
+
+def _written(value: object, default: object) -> object:
+    """A field's value as YAML writes it: sections and node specs keep only what differs from their defaults."""
+    if isinstance(value, VllmSection):
+        base = default if isinstance(default, VllmSection) else VllmSection()
+        out = {}
+        for f in dataclasses.fields(value):
+            v = getattr(value, f.name)
+            if v != getattr(base, f.name):
+                out[f.name] = dict(v) if f.name == "env" else list(v) if isinstance(v, tuple) else v
+        return out
+    if isinstance(value, NodeSpec):
+        blank = NodeSpec(host=value.host)
+        return {
+            f.name: getattr(value, f.name)
+            for f in dataclasses.fields(value)
+            if f.name == "host" or getattr(value, f.name) != getattr(blank, f.name)
+        }
+    return value
+
+
+def profile_yaml(p: Profile, *, comment: str = "") -> str:
+    """The profile as YAML that load_profile reads back to the same profile: the keys that differ from a bare
+    profile's defaults, in the order of FIELDS, after `comment` (one `# ` line per line)."""
+    import yaml
+
+    bare = Profile(model=p.model)
+    data: dict[str, Any] = {}
+    for f in dataclasses.fields(Profile):
+        if f.name == "source":
+            continue
+        value, default = getattr(p, f.name), getattr(bare, f.name)
+        if f.name not in ("name", "model") and value == default:
+            continue
+        if f.name == "nodes":
+            data[f.name] = [_written(n, None) for n in value]
+        elif f.name in ("limit_mm_per_prompt", "speculative_config"):
+            data[f.name] = dict(value)
+        else:
+            data[f.name] = _written(value, default)
+    if "vllm" in data and not data["vllm"]:
+        del data["vllm"]
+    head = "".join(f"# {line}".rstrip() + "\n" for line in comment.splitlines())
+    return head + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=120)

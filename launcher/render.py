@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shlex
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from launcher import units
 from launcher.budget import Prediction
@@ -12,6 +12,10 @@ from launcher.units import GiB, KiB, MiB
 from launcher.vllm import pool as vp
 from launcher.vllm import versions as V
 from launcher.vllm.specs import MambaSpec
+
+if TYPE_CHECKING:
+    from launcher.fit import Fit
+    from launcher.fit import Row as FitRow
 
 
 def _g(b: int | float) -> str:
@@ -206,4 +210,124 @@ def render_plan(plan: Plan, *, bar: BarStyle | None = "ascii") -> str:
     lines.append("")
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in plan.env)
     lines.append("command: " + (env + " " if env else "") + shlex.join(plan.argv))
+    return "\n".join(lines)
+
+
+# --- vlaunch fit ------------------------------------------------------------------------------------------------
+
+
+def _fit_cells(r: FitRow, by_users: bool) -> list[str]:
+    j = r.to_json()
+    o = r.option
+    par = (
+        "1"
+        if o.gpus == 1
+        else (f"tp{o.tensor_parallel_size}" if o.tensor_parallel_size > 1 else "")
+        + (f"pp{o.pipeline_parallel_size}" if o.pipeline_parallel_size > 1 else "")
+    )
+    users = max(r.users, 1)
+    per_user = r.plan.prediction.kv_need_bytes // users
+    left = j["os_reserve_left_bytes"]
+    ceiling = j["decode_tokens_per_s_ceiling"]
+    cells = [
+        str(r.rank) + ("*" if r.chosen else ""),
+        o.format + ("†" if r.needs_checkpoint else ""),
+        o.kv_cache_dtype,
+        par,
+        str(o.nodes),
+        f"mtp{dict(o.speculative).get('num_speculative_tokens', 1)}" if o.speculative else "-",
+        str(j["max_num_seqs"]),
+        f"{r.max_model_len:,}",
+        f"{r.users:,}",
+        "yes" if r.fits else "NO",
+        f"{j['weights_bytes'] / GiB:.2f}",
+        f"{per_user / GiB:.2f}",
+        r.binding_bucket or "refused",
+        f"{j['gpu_memory_utilization']:.2f}",
+        "-" if left is None else f"{left / GiB:.1f}",
+        f"{r.max_users:,}",
+    ]
+    if by_users:
+        cells += [f"{r.max_context_by_users.get(n, 0):,}" for n in (1, 4, 16)]
+    else:
+        cells.append(f"{r.max_context:,}")
+    cells.append("-" if ceiling is None else f"{ceiling:,.1f}")
+    return cells
+
+
+def _ranks(ranks: list[int]) -> str:
+    """#3, #5–9: rows by rank, consecutive ones as a span."""
+    spans: list[list[int]] = []
+    for r in ranks:
+        if spans and r == spans[-1][-1] + 1:
+            spans[-1].append(r)
+        else:
+            spans.append([r])
+    return ", ".join(f"#{s[0]}" if len(s) == 1 else f"#{s[0]}–{s[-1]}" for s in spans)
+
+
+def render_fit(fit: Fit, *, top: int | None = 12) -> str:
+    """The options as a table per machine, best first, with what each costs and why."""
+    t = fit.target
+    by_users = t.users is None
+    head = ["#", "weights", "KV", "par", "nodes", "spec", "seqs", "context", "users", "fits", "weights",
+            "KV/user", "binds", "util", "OS left", "max users"]  # fmt: skip
+    head += ["ctx@1", "ctx@4", "ctx@16"] if by_users else ["max ctx"]
+    head.append("tok/s≤")
+    want = (
+        f"{units.users(t.users)} × {t.context:,} tokens"
+        if t.users is not None and t.context is not None
+        else f"{units.users(t.users)} at the longest context that fits"
+        if t.users is not None
+        else f"one user at {t.context:,} tokens; max users and the longest context for 1, 4, 16 users"
+        if t.context is not None
+        else f"the model's context ({fit.model_context:,}); max users and the longest context for 1, 4, 16 users"
+    )
+    lines = [
+        f"{fit.model} ({fit.model_type}, {fit.checkpoint_format} checkpoint, context {fit.model_context:,}), "
+        f"vLLM {fit.vllm_version} ({fit.vllm_version_source})",
+        f"target: {want}",
+        f"searched {fit.options} options with {fit.plans} plans in {fit.seconds:.2f} s",
+    ]
+    right = {0, 7, 8, 10, 11, 13, 14, 15, 16, 17, 18, 19}
+    for m in fit.machines:
+        rows = [r for r in fit.rows if r.machine == m.name]
+        shown = rows if top is None else rows[:top]
+        bw = f", {m.bandwidth_bytes_per_s / 1e9:,.0f} GB/s" if m.bandwidth_bytes_per_s else ""
+        kind = "unified" if m.unified else "per GPU"
+        lines += ["", f"{m.name} ({m.total_bytes / GiB:.2f} GiB {kind}{bw}): {len(rows)} options, "
+                  f"{sum(r.fits for r in rows)} fit"]  # fmt: skip
+        table = [head] + [_fit_cells(r, by_users) for r in shown]
+        widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+        for row in table:
+            cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
+            lines.append("  " + "  ".join(cells).rstrip())
+        if len(shown) < len(rows):
+            lines.append(f"  … {len(rows) - len(shown)} more (--all, or --json for every row)")
+        why: dict[str, list[int]] = {}
+        for r in shown:
+            reasons = ([r.plan.invalid] if r.plan.invalid else []) + list(r.plan.prediction.reasons)
+            if not r.fits and reasons:
+                why.setdefault(reasons[0], []).append(r.rank)
+        for reason, ranks in why.items():
+            lines.append(f"  {_ranks(ranks)}: {reason}")
+        best = next((r for r in rows if r.chosen), None)
+        if best is not None:
+            flags = " ".join(shlex.quote(f) for f in best.to_json()["flags"])
+            nodes = " (with nodes: write it as a profile)" if best.option.nodes > 1 else ""
+            command = f"vlaunch plan --model {shlex.quote(fit.model)} --machine {m.name} {flags}"
+            lines.append(f"  chosen #{best.rank}: {command}{nodes}")
+        elif rows:
+            lines.append("  nothing fits: the reasons above say which bucket and by how much")
+    lines += [
+        "",
+        "GiB per GPU. weights: † a checkpoint in that format is needed (vLLM makes only fp8 from a 16-bit one while "
+        "loading). binds: the bucket that stops the row (when it fits: the one each user grows). OS left: memory "
+        "vLLM's claim leaves to the OS on unified memory.",
+        "tok/s≤ is a ceiling per user, not a benchmark: bandwidth ÷ bytes one decode step reads (active weights, "
+        "every user's KV at the full context)"
+        + "".join(f"; {m.name}: {m.bandwidth_source}" for m in fit.machines if m.bandwidth_source)
+        + ".",
+    ]
+    lines += [f"note: {n}" for n in fit.notes]
     return "\n".join(lines)

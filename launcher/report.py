@@ -282,3 +282,57 @@ def render_html(data: dict[str, Any]) -> str:
     from launcher.templating import jinja_env
 
     return jinja_env(autoescape=True).get_template("report.html.j2").render(**data)
+
+
+# --- vlaunch fit: the options as bars on one scale -----------------------------------------------------------------
+
+
+def fit_page_data(fit: Any) -> dict[str, Any]:
+    """Every row of a fit as a bar (per GPU, drawn to its machine's capacity) on one scale, best first, the chosen
+    ones marked."""
+    plans = [r.plan.to_json() for r in fit.rows]
+    scale = max((max(int(p["machine_total_bytes"]), used_bytes(p)) for p in plans), default=1) or 1
+    bars = []
+    for r, p in zip(fit.rows, plans, strict=True):
+        b = bar(p, scale)
+        j = r.to_json()
+        o = r.option
+        par = "1 GPU" if o.gpus == 1 else f"tp {o.tensor_parallel_size} × pp {o.pipeline_parallel_size}"
+        b.update(
+            {
+                "rank": r.rank,
+                "chosen": r.chosen,
+                "label": f"{o.format} weights, KV {o.kv_cache_dtype}, {par}"
+                + (f" over {o.nodes} nodes" if o.nodes > 1 else "")
+                + (", MTP" if o.speculative else "")
+                + (f", max_num_seqs {o.max_num_seqs}" if o.max_num_seqs else ""),
+                "users": r.users,
+                "max_model_len": r.max_model_len,
+                "binding": r.binding_bucket or "refused by vLLM",
+                "needs_checkpoint": r.needs_checkpoint,
+                "max_context": r.max_context,
+                "ceiling": j["decode_tokens_per_s_ceiling"],
+                "format": o.format,
+                "kv_cache_dtype": o.kv_cache_dtype,
+            }
+        )
+        bars.append(b)
+    t = fit.target
+    return {
+        "version": __version__,
+        "title": f"vlaunch fit: {fit.model}",
+        "model": fit.model,
+        "vllm_version": fit.vllm_version,
+        "target": (f"{t.users} users" if t.users is not None else "users: as many as fit")
+        + (f" × {t.context:,} tokens" if t.context is not None else ", the longest context that fits"),
+        "machines": [m.name for m in fit.machines],
+        "scale_bytes": scale,
+        "bars": bars,
+        "decode_note": fit.to_json()["decode_note"],
+    }
+
+
+def render_fit_html(data: dict[str, Any]) -> str:
+    from launcher.templating import jinja_env
+
+    return jinja_env(autoescape=True).get_template("fit.html.j2").render(**data)

@@ -529,7 +529,7 @@ flag_values: dict[str, list[str]] = {
 @st.composite
 def option_value(draw: st.DrawFn, param: click.Parameter, opt: str, sandbox: Sandbox, files: dict[str, bytes]) -> str:
     name = param.name or ""
-    if opt in ("--html", "-o", "--output"):
+    if opt in ("--html", "-o", "--output", "--write-profile"):
         return str(draw(st.sampled_from(OUTPUTS)))
     if name in ("config", "serve_config") or opt in ("--hf-config-path", "--config"):
         pool = [str(sandbox.config), str(sandbox.serve_yaml), str(sandbox.profile), "input.json", "serve.yaml"]
@@ -619,6 +619,7 @@ KINDS: dict[str, list[str]] = {
     "stop": ["argv"],
     "count": ["argv", "config", "checkpoint", "hf-cache"],
     "plan": ["argv", "config", "profile", "serve-config", "pasted", "calibration", "hf-cache", "profile-cache"],
+    "fit": ["argv", "config", "checkpoint", "profile", "calibration", "hf-cache"],
     "serve": ["argv", "config", "profile", "pasted", "calibration"],
     "render": ["argv", "config", "profile", "calibration", "profile-cache"],
     "check": ["argv", "log", "config", "profile", "calibration"],
@@ -694,6 +695,14 @@ def cases(draw: st.DrawFn, sandbox: Sandbox, command: str | None = None, kind: s
             args.insert(0, "--dry-run")  # first: never the value of another option, so nothing is launched
         if kind == "pasted" or (command != "render" and draw(st.integers(0, 5)) == 0):
             args += draw(pasted_command(sandbox, files))
+    elif command == "fit":
+        model = {"config": "input.json", "checkpoint": "model", "hf-cache": "fuzz/model"}.get(kind) or profile_arg
+        if model is None:
+            model = str(draw(st.one_of(st.sampled_from([str(LLAMA8B), str(sandbox.model_dir), "m/x", *PROFILE_NAMES,
+                                                        str(sandbox.profile), "meta-llama/Llama-3.1-8B-Instruct"]),
+                                       st.sampled_from(INPUT_PATHS), hostile_text)))  # fmt: skip
+        machine = draw(st.sampled_from([[], ["--machine", "h100"], ["--machine", "spark"], ["--machine", "t4"]]))
+        args = [model, *machine, *draw(options(command, sandbox, files))]
     elif command == "count":
         model = {"config": "input.json", "checkpoint": "model", "hf-cache": "fuzz/model"}.get(kind)
         if model is None:

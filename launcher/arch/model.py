@@ -106,11 +106,13 @@ class Model:
 
     # ---- summaries for the activation and pool arithmetic -----------------------------------------------------
     def _first(self, cls: type[Any]) -> Any:
-        for layer in self.layers:
-            for m in (*layer.mixers, *layer.mlps):
-                if isinstance(m, cls):
-                    return m
-        return None
+        # A model never changes (frozen): what a scan of its layers found is kept beside its fields, not in one.
+        found: dict[type[Any], Any] = self.__dict__.setdefault("_first_found", {})
+        if cls not in found:
+            found[cls] = next(
+                (m for layer in self.layers for m in (*layer.mixers, *layer.mlps) if isinstance(m, cls)), None
+            )
+        return found[cls]
 
     @property
     def attention(self) -> Attention | None:

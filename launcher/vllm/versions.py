@@ -151,12 +151,19 @@ V08_POOL_LINE = Rule(
     "vllm/v1/core/kv_cache_utils.py",
 )
 
+GGUF_REMOVED = Rule(
+    "gguf_removed",
+    (0, 24, 0),
+    "no GGUF loader: `gguf` left QUANTIZATION_METHODS (0.23 was the last release to load .gguf files)",
+    "vllm/model_executor/layers/quantization/__init__.py, vllm/model_executor/model_loader/gguf_loader.py",
+)
+
 RULES: tuple[Rule, ...] = (
     V1_OPT_IN, V1_ENGINE, V0_REMOVED, UTIL_092, CEIL_BUDGET, KV_FP8_FROM_CHECKPOINT, TOWER_SKIP, NON_TORCH_025,
     V1_CONTEXT_IN_BUDGET_UNTIL, CUDAGRAPH_IN_BUDGET, HYBRID_MANAGER, TOKENS_FROM_CONCURRENCY, PER_GROUP_BLOCKS,
     IN_FLIGHT_TOKENS, GROUP_SIZE_125, GROUP_SIZE_CLOSE, MAMBA_MODES, HYBRID_PREFIX_CACHING, MAMBA_ALIGN_ALWAYS,
     CHUNKED_WITH_HYBRID, HYBRID_BLOCK_ALIGN, HYBRID_ALIGN_BACKEND, CPU_BLOCK_128, CPU_MLA_BLOCK_16, CPU_DEVICE_NAME,
-    V08_POOL_LINE, AUTO_FIT_MAX_MODEL_LEN,
+    V08_POOL_LINE, AUTO_FIT_MAX_MODEL_LEN, GGUF_REMOVED,
 )  # fmt: skip
 
 
