@@ -172,14 +172,15 @@ def resolve_engine_args(
         d_mnbt = 2048 if chunked else max(mml, 2048)
     mnbt = max_num_batched_tokens or d_mnbt
     seqs = max_num_seqs or d_seqs
-    has_state = any(m.kind in STATE_KINDS for layer in shape.layers for m in layer.mixers)
-    attention_free = all(m.kind in STATE_KINDS for layer in shape.layers for m in layer.mixers)
+    kinds = shape.mixer_kinds
+    has_state = bool(kinds & STATE_KINDS)
+    attention_free = kinds <= STATE_KINDS
     # ModelConfig.is_prefix_caching_supported: on for generative decoders, for hybrids since 0.26; off for
     # attention-free models ("still experimental") and for pooling runners over encoders or mean/CLS pooling.
     hybrid = has_state and not attention_free
     default_caching = not pooling and not attention_free and (not hybrid or V.HYBRID_PREFIX_CACHING.on(version))
     caching = default_caching if prefix_caching is None else prefix_caching
-    has_gdn = any(m.kind == "linear_attention" for layer in shape.layers for m in layer.mixers)
+    has_gdn = "linear_attention" in kinds
     supports_all = shape.model_type in ve.MAMBA_PREFIX_CACHING
     mode = ve.mamba_mode(mamba_cache_mode, caching, version, supports_all) if has_state else "none"
     return EngineArgs(
@@ -202,7 +203,7 @@ def resolve_engine_args(
         and not disable_hybrid_manager
         # VllmConfig: chunked local attention turns the manager off unless
         # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1 (the default in 0.32)
-        and (chunked_with_hybrid or not any(m.kind == "chunked_attention" for ly in shape.layers for m in ly.mixers)),
+        and (chunked_with_hybrid or "chunked_attention" not in kinds),
         cudagraph_in_budget=platform == "cuda" and V.CUDAGRAPH_IN_BUDGET.on(version) and not enforce_eager,
         kv_cache_memory_bytes=kv_cache_memory_bytes,
         served_dtype=_served_dtype(dtype, shape),
@@ -765,7 +766,7 @@ def layout_inputs(s: Model, a: EngineArgs) -> tuple[object, ...]:
     """The engine settings rank_layout reads (beyond the model, the drafter and the rank): a key for reusing its
     result (planning.reusing). max_model_len sizes a state block only for attention-free models without prefix
     caching."""
-    attention_free = all(m.kind in STATE_KINDS for layer in s.layers for m in layer.mixers)
+    attention_free = s.mixer_kinds <= STATE_KINDS
     length = a.max_model_len if attention_free and a.mamba_cache_mode == "none" else 0
     return (a.spec_settings(), a.speculative_method, a.pipeline_parallel_size, a.pooling, a.hybrid_manager,
             a.platform, a.block_size, a.version, a.mamba_cache_mode, length)  # fmt: skip

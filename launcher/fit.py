@@ -503,7 +503,12 @@ def decode_ceiling(plan: Plan, o: Option, users: int, bandwidth: int | None) -> 
         return None
     shape, a = plan.shape, plan.prediction.args
     ts, sizes = planning.tensor_bytes_of(plan)
-    weights = decode.active_weight_bytes(shape, ts, sizes, mtp=a.speculative_method == "mtp")
+    mtp = a.speculative_method == "mtp"
+    weights = planning.reused(
+        ("active_weights", id(shape), plan.spec, mtp),
+        lambda: decode.active_weight_bytes(shape, ts, sizes, mtp=mtp),
+        shape,
+    )
     kv = planning.kv_geometry(plan)
     state = plan.prediction.state_bytes_per_request * a.pipeline_parallel_size  # every stage's state layers
     cache = decode.cache_read_bytes(kv, a.max_model_len, state)
@@ -646,8 +651,8 @@ def search(
                 for spec in speculative_choices(shape, spec_pin)
                 for mns in seqs
             ]
-            options += len(choices)
             machine_rows = without_idle_seqs([_row(planner, machine, o, target, top, bw) for o in choices])
+            options += len(machine_rows)
             plans += len(planner.plans)
             machine_rows.sort(key=lambda r: rank_key(r, target.mode))
             rows += [

@@ -295,6 +295,11 @@ def tensor_bytes_of(plan: Plan) -> tuple[list[Any], list[int]]:
     return ts, _memo(("bytes", id(shape), spec), lambda: formats.tensor_bytes(shape, spec, ts), shape)
 
 
+def reused(key: Hashable, compute: Callable[[], _T], *objects: object) -> _T:
+    """What another module computes from a plan, kept like the plan's own steps inside `reusing()`."""
+    return _memo(key, compute, *objects)
+
+
 def kv_geometry(plan: Plan) -> Any:
     """kv.KVPerToken of the plan's model, KV cache dtype and tensor-parallel size (per rank)."""
     shape, a = plan.shape, plan.prediction.args
@@ -409,7 +414,7 @@ def _make_plan(
     whole = shape
     towers_key = ("towers", id(whole), profile.language_model_only, profile.limit_mm_per_prompt, version)
     shape = _memo(towers_key, lambda: loaded_towers(whole, profile, version), whole)
-    _pool_modelled(shape, src.config_path)
+    _memo(("pool_modelled", id(shape)), lambda: _pool_modelled(shape, src.config_path), shape)
     spec = _format(profile, shape, src)
     speculative = profile.speculative
     method = speculative.get("method")
@@ -642,7 +647,7 @@ def _placements(
     gpu_owner: list[tuple[str, Machine, int]] = []
     for n in order:
         m = get_machine(n.machine, gpu_memory_gib=n.gpu_memory_gib)
-        reserve = _os_reserve(profile.with_overrides(os_reserve_gib=n.os_reserve_gib), m, None)
+        reserve = _os_reserve(dataclasses.replace(profile, os_reserve_gib=n.os_reserve_gib), m, None)
         gpu_owner += [(n.host, m, reserve)] * n.gpus
     if len(gpu_owner) < tp * pp:
         raise ConfigError(

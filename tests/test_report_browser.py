@@ -65,3 +65,37 @@ def test_bar_widths_are_proportional_to_bytes(tmp_path: Path) -> None:
             assert row["px"] / expected == pytest.approx(1, rel=0.01), row
         ratios[f"{row['bar']}:{row['key']}"] = round(row["px"] / expected, 5)
     print("rendered/expected width ratios:", json.dumps(ratios))
+
+
+def test_fit_options_on_one_scale_with_the_choice_marked(tmp_path: Path) -> None:
+    page = tmp_path / "fit.html"
+    r = CliRunner().invoke(
+        main,
+        ["fit", "meta-llama/Llama-3.1-70B-Instruct", "--machine", "spark", "--compare", "h100", "--users", "4",
+         "--context", "32K", "--formats", "bf16,fp8,awq", "--html", str(page)],
+    )  # fmt: skip
+    assert r.exit_code == 0 and page.exists(), r.stderr
+    shot = Path(__file__).parent.parent / ".cache" / "fit-screenshot.png"
+    shot.parent.mkdir(exist_ok=True)
+    _run([f"--screenshot={shot}", "--window-size=1280,4000", page.as_uri()], tmp_path)
+    assert shot.stat().st_size > 10_000
+
+    dom = _run(["--window-size=1280,4000", "--dump-dom", page.as_uri() + "?measure"], tmp_path)
+    m = re.search(r'<pre id="measure">(.*?)</pre>', dom, re.S)
+    assert m is not None, "the page's measuring script did not run"
+    rows = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    bars = {r["bar"] for r in rows}
+    assert len(bars) >= 10
+    chosen = {r["bar"] for r in rows if r["chosen"] == "yes"}
+    assert len(chosen) == 2  # one per machine
+    assert any(r["key"] == "overshoot" for r in rows)  # a row that does not fit spills past its capacity
+    ref = max(rows, key=lambda r: r["bytes"])
+    px_per_byte = ref["px"] / ref["bytes"]
+    for row in rows:
+        expected = row["bytes"] * px_per_byte
+        if expected < 20:
+            assert abs(row["px"] - expected) <= 0.5, row
+        else:
+            assert row["px"] / expected == pytest.approx(1, rel=0.01), row
+    # the chosen bars are marked where a reader sees them
+    assert dom.count('class="chosen-tag"') == 2

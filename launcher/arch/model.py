@@ -107,7 +107,7 @@ class Model:
     # ---- summaries for the activation and pool arithmetic -----------------------------------------------------
     def _first(self, cls: type[Any]) -> Any:
         # A model never changes (frozen): what a scan of its layers found is kept beside its fields, not in one.
-        found: dict[type[Any], Any] = self.__dict__.setdefault("_first_found", {})
+        found: dict[Any, Any] = self.__dict__.setdefault("_first_found", {})
         if cls not in found:
             found[cls] = next(
                 (m for layer in self.layers for m in (*layer.mixers, *layer.mlps) if isinstance(m, cls)), None
@@ -170,11 +170,22 @@ class Model:
     @property
     def intermediate_size(self) -> int:
         """The MLP width one token passes through: the experts it is routed to for MoE, else the widest dense."""
-        moe = self.moe
-        if moe is not None:
-            return moe.active_intermediate()
-        widths = [f.active_intermediate() for layer in self.layers for f in layer.mlps]
-        return max(widths) if widths else 0
+        kept: dict[str, Any] = self.__dict__.setdefault("_first_found", {})
+        if "intermediate_size" not in kept:
+            moe = self.moe
+            widths = [f.active_intermediate() for layer in self.layers for f in layer.mlps]
+            kept["intermediate_size"] = moe.active_intermediate() if moe is not None else max(widths, default=0)
+        width: int = kept["intermediate_size"]
+        return width
+
+    @property
+    def mixer_kinds(self) -> frozenset[str]:
+        """The kinds of token mixer the decoder's layers hold (full_attention, linear_attention, mamba2, …)."""
+        kept: dict[str, Any] = self.__dict__.setdefault("_first_found", {})
+        if "mixer_kinds" not in kept:
+            kept["mixer_kinds"] = frozenset(m.kind for layer in self.layers for m in layer.mixers)
+        kinds: frozenset[str] = kept["mixer_kinds"]
+        return kinds
 
     @property
     def sliding_window(self) -> int | None:
