@@ -323,12 +323,13 @@ def rank_weight_bytes(
             total += b  # replicated on every rank
         elif t.gguf in ("attn_k", "attn_v") and tp > shape.num_kv_heads:
             total += b // shape.num_kv_heads  # tp > KV heads: every rank holds one replicated head
-        elif t.role == "expert" and spec.name == "mxfp4" and args.platform == "cuda":
-            out_f, in_f = t.shape
+        elif t.role == "expert" and spec.name == "mxfp4" and args.platform == "cuda" and len(t.shape) >= 2:
+            *stack, out_f, in_f = t.shape  # experts one tensor each, or stacked in a leading dimension
+            copies = t.copies * math.prod(stack)
             i_rank = cdiv(min(out_f, in_f), tp)
             padded_i, padded_h = _round_up(i_rank, 256), _round_up(max(out_f, in_f), 256)
-            per_weight = b / (out_f * in_f * t.copies)
-            total += int(per_weight * padded_i * padded_h * t.copies)
+            per_weight = b / (out_f * in_f * copies)
+            total += int(per_weight * padded_i * padded_h * copies)
         else:
             total += cdiv(b, tp)
     max_pos = shape.max_position_embeddings or args.max_model_len

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import field
+from dataclasses import field, replace
 from fnmatch import fnmatchcase
 from typing import Any, Literal
 
@@ -252,8 +252,8 @@ def _excluded(t: Tensor, patterns: tuple[str, ...]) -> bool:
 
 def _quantizable(t: Tensor, spec: FormatSpec) -> bool:
     """Does this format quantize this tensor? Only 2-D linear weights, and not what the checkpoint excludes."""
-    if t.role not in ("linear", "expert") or len(t.shape) != 2:
-        return False
+    if t.role not in ("linear", "expert") or len(t.shape) != 2 + (t.role == "expert" and len(t.shape) == 3):
+        return False  # 2-D weights; experts also as one 3-D stack (experts × out × in)
     if spec.experts_only and t.role != "expert":
         return False
     if t.part == "vision":
@@ -267,7 +267,9 @@ def _cdiv(a: int, b: int) -> int:
 
 def _quantized_bytes(t: Tensor, spec: FormatSpec) -> int:
     """Bytes of one quantized linear weight (all `copies`), packed values plus its scales."""
-    out_f, in_f = t.shape
+    *stack, out_f, in_f = t.shape
+    if stack:  # experts stacked in one tensor: each quantized as its own matrix
+        t = replace(t, shape=(out_f, in_f), copies=t.copies * stack[0])
     n = out_f * in_f
     g = in_f if spec.group_size == -1 else spec.group_size
     groups = _cdiv(in_f, g) * out_f  # scale groups run along the input dimension, one set per output row
@@ -348,7 +350,8 @@ def _gguf_bytes(ts: list[Tensor], fmt: FormatName, shape: Model) -> tuple[list[i
         if t.part == "vision":
             sizes.append(t.numel * 2)  # llama.cpp ships the vision tower as a separate mmproj file, 16-bit
             continue
-        gt, b = _ggml_bytes(t.numel, t.shape[-1], _gguf_type(t, fmt, shape))
+        row = t.shape[-1] if t.shape else 1  # a scalar parameter (apertus' xIELU alphas) is one F32 value
+        gt, b = _ggml_bytes(t.numel, row, _gguf_type(t, fmt, shape))
         sizes.append(b)
         types[gt] = types.get(gt, 0) + t.numel
     return sizes, types

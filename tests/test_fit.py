@@ -387,3 +387,14 @@ def test_profile_from_a_profile_keeps_its_launch_settings(tmp_path: Path, monkey
     p = load_profile("profiles/mine.yaml")
     assert [n.host for n in p.nodes] == ["192.168.100.10", "192.168.100.11"]  # the profile's own nodes
     assert p.vllm.version == "0.19.0"
+
+
+def test_every_format_prices_scalars_and_stacked_experts() -> None:
+    extra = FIXTURES / "configs-v2" / "extra"
+    # apertus holds scalar parameters (xIELU's alphas): GGUF keeps them as one F32 each
+    d = fit_json(str(extra / "apertus--8b.json"), "--machine", "spark", "--context", "8192")
+    assert {"q8_0", "q4_k_m"} <= _formats(d)
+    # Granite 4.0-H keeps each layer's experts in one 3-D tensor: 4-bit formats quantize it like separate experts
+    d = fit_json(str(extra / "granitemoehybrid--granite-4.0-h-small.json"), "--machine", "spark", "--context", "8192")
+    bf16, mxfp4 = one_gpu(d, "bf16", "auto")["weights_bytes"], one_gpu(d, "mxfp4", "auto")["weights_bytes"]
+    assert mxfp4 < 0.4 * bf16
