@@ -302,9 +302,10 @@ def rank_weight_bytes(
     layers = pp_layer_ranges(shape.num_layers, pp)[pp_rank]
     first, last = pp_rank == 0, pp_rank == pp - 1
     mtp = args.speculative_method == "mtp" and last  # the drafter runs on the last stage
+    n_layers, kv_heads = shape.num_layers, shape.num_kv_heads
     total = 0
     for t, b in zip(ts, tensor_bytes, strict=True):
-        if is_mtp_tensor(t, shape):
+        if t.layer is not None and t.layer >= n_layers:  # an MTP layer's tensor (is_mtp_tensor)
             if mtp:
                 total += cdiv(b, tp) if t.role not in ("norm", "router") else b
             continue
@@ -321,8 +322,8 @@ def rank_weight_bytes(
                 continue
         if t.role in ("norm", "sink") or t.part == "vision" or t.role == "router":
             total += b  # replicated on every rank
-        elif t.gguf in ("attn_k", "attn_v") and tp > shape.num_kv_heads:
-            total += b // shape.num_kv_heads  # tp > KV heads: every rank holds one replicated head
+        elif t.gguf in ("attn_k", "attn_v") and tp > kv_heads:
+            total += b // kv_heads  # tp > KV heads: every rank holds one replicated head
         elif t.role == "expert" and spec.name == "mxfp4" and args.platform == "cuda" and len(t.shape) >= 2:
             *stack, out_f, in_f = t.shape  # experts one tensor each, or stacked in a leading dimension
             copies = t.copies * math.prod(stack)

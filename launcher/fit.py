@@ -324,8 +324,9 @@ def kv_choices(shape: Model, pinned: str | None) -> list[str]:
 def layout_choices(
     shape: Model, machine: Machine, gpus: int, max_nodes: int, base: Profile, pinned: tuple[int, int] | None
 ) -> list[tuple[int, int, int]]:
-    """(tp, pp, nodes): one GPU; tensor- or pipeline-parallel over the box's GPUs; on a one-GPU unified machine
-    (a DGX Spark) over up to `max_nodes` of them."""
+    """(tp, pp, nodes): one GPU; tensor parallel over 2, 4, … of the box's GPUs, and pipeline parallel over two
+    (within one box tensor parallel is the faster split; two stages are the cheapest in memory); on a one-GPU
+    unified machine (a DGX Spark) tensor or pipeline parallel over up to `max_nodes` of them."""
     if base.nodes:
         return [(base.tensor_parallel_size, base.pipeline_parallel_size, len(base.nodes))]
     per_node = 1 if machine.unified and machine.backend == "cuda" else max(gpus, 1)
@@ -343,7 +344,7 @@ def layout_choices(
     while k <= most:
         if shape.num_heads % k == 0:
             out.append((k, 1, nodes_for(k, 1)))
-        if k <= shape.num_layers:
+        if k <= shape.num_layers and (k == 2 or per_node == 1):
             out.append((1, k, nodes_for(1, k)))
         k *= 2
     return out
