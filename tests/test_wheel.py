@@ -58,13 +58,32 @@ def test_wheel_plans_renders_and_reports_from_anywhere(installed: Path, tmp_path
     r = run(installed, tmp_path, "profiles", "--json")
     names = {p["name"] for p in json.loads(r.stdout)["profiles"]}
     assert {"llama8b-32k", "tiny-cpu", "two-sparks-70b"} <= names
+    # fit from a bundled profile: its page from the wheel's templates, its row as a profile plan takes by name
+    r = run(installed, tmp_path, "fit", "llama8b-32k", "--users", "4", "--context", "8192", "--html",
+            str(tmp_path / "fit.html"), "--write-profile", "fitted")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "chosen" in (tmp_path / "fit.html").read_text()
+    r = run(installed, tmp_path, "plan", "fitted", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["users"] == 4, r.stderr
 
 
 def test_wheel_every_command_and_a_log_from_anywhere(installed: Path, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     out = subprocess.run([str(installed / "bin" / "python"), "-m", "launcher.cli", "--help"], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=120).stdout  # fmt: skip
-    for command in ("archs", "calibrate", "check", "count", "plan", "profiles", "ps", "render", "report", "serve"):
+    for command in (
+        "archs",
+        "calibrate",
+        "check",
+        "count",
+        "fit",
+        "plan",
+        "profiles",
+        "ps",
+        "render",
+        "report",
+        "serve",
+    ):
         assert f"  {command} " in out, command
     log = (
         ROOT
