@@ -302,10 +302,10 @@ def rank_weight_bytes(
     layers = pp_layer_ranges(shape.num_layers, pp)[pp_rank]
     first, last = pp_rank == 0, pp_rank == pp - 1
     mtp = args.speculative_method == "mtp" and last  # the drafter runs on the last stage
-    n_layers, kv_heads = shape.num_layers, shape.num_kv_heads
+    kv_heads = shape.num_kv_heads
     total = 0
     for t, b in zip(ts, tensor_bytes, strict=True):
-        if t.layer is not None and t.layer >= n_layers:  # an MTP layer's tensor (is_mtp_tensor)
+        if is_mtp_tensor(t, shape):
             if mtp:
                 total += cdiv(b, tp) if t.role not in ("norm", "router") else b
             continue
@@ -450,7 +450,7 @@ class Prediction:
     state_request_bytes: int = 0  # the pool blocks that state takes per request (padded pages, align-mode copies)
     state_need_bytes: int = 0  # users × state_request_bytes (part of kv_need_bytes)
     room_bytes: int = 0  # the lesson's room for KV: memory − OS − weights − overhead − activation peak
-    outside_bytes: int = 0  # what the process holds beyond vLLM's budget (CUDA context, graphs captured outside)
+    held_bytes: int = 0  # what vLLM's processes hold of the machine: budget + what lies outside it, every CPU worker
 
     @property
     def plan_total_bytes(self) -> int:
@@ -742,7 +742,7 @@ def predict(req: PlanRequest) -> Prediction:
         state_request_bytes=state_charged,
         state_need_bytes=req.users * state_charged,
         room_bytes=room,
-        outside_bytes=outside,
+        held_bytes=held,
     )
 
 

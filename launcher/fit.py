@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, Literal
 
 from launcher import decode, formats, planning
 from launcher.arch.model import Model
@@ -28,9 +28,10 @@ from launcher.machines import Machine
 from launcher.planning import Plan, make_plan
 from launcher.profiles import Profile
 from launcher.records import dataclass
-from launcher.units import GiB
+from launcher.units import GiB, last_true
 from launcher.vllm import pool as vp
 from launcher.vllm import quant
+from launcher.vllm import versions as V
 
 # Fewest quality compromises first: weights (16-bit > 8-bit > 4-bit floating point > 4-bit integer), then the KV
 # cache (the model's dtype > fp8).
@@ -45,7 +46,7 @@ SHIPPED: tuple[FormatName, ...] = ("fp8", "nvfp4", "mxfp4", "awq", "gptq", "q8_0
 USER_COUNTS = (1, 4, 16)  # without --users: the longest context for each
 SPARK_HOSTS = ("spark-1", "spark-2")  # placeholders a two-Spark profile is written with: set them to the real ones
 
-Mode = str  # "users+context", "users", "context", "none"
+Mode = Literal["users+context", "users", "context", "none"]  # what the target gives: see Target.mode
 
 
 @dataclass(frozen=True)
@@ -126,8 +127,6 @@ class Row:
 
     def to_json(self) -> dict[str, Any]:
         p = self.plan.prediction
-        m = self.plan.machine
-        held = (p.requested_bytes + p.outside_bytes) * (p.args.tensor_parallel_size if m.backend == "cpu" else 1)
         users = max(self.users, 1)
         return {
             "rank": self.rank,
@@ -148,7 +147,7 @@ class Row:
             "binding_bucket": self.binding_bucket,
             "gpu_memory_utilization": p.gpu_memory_utilization,
             "os_reserve_bytes": p.os_reserve_bytes,
-            "os_reserve_left_bytes": p.total_bytes - held if m.unified else None,
+            "os_reserve_left_bytes": p.total_bytes - p.held_bytes if self.plan.machine.unified else None,
             "weights_bytes": p.weights_bytes,
             "kv_bytes_per_token": p.kv_bytes_per_token,
             "kv_bytes_per_user": (p.kv_need_bytes - p.state_need_bytes) // users,
@@ -274,15 +273,11 @@ def profile_text(row: Row, name: str, fit: Fit) -> str:
             f"model: is the checkpoint this row was priced from; serving {o.format} takes a {o.format} checkpoint "
             "of it: point model: at one"
         )
-    if o.nodes > 1 and not fit_base_has_nodes(row):
+    if o.nodes > 1 and all(n.host in SPARK_HOSTS for n in row.plan.profile.nodes):
         lines.append("nodes: spark-1 and spark-2 stand for the two Sparks: set each host: to its address")
     if row.plan.profile.gpu_memory_utilization == "auto":
         lines.append("gpu_memory_utilization is the row's; `auto` re-sizes it at every launch")
     return profile_yaml(row_profile(row, name), comment="\n".join(lines))
-
-
-def fit_base_has_nodes(row: Row) -> bool:
-    return any(n.host not in SPARK_HOSTS for n in row.plan.profile.nodes)
 
 
 # --- what a user can choose -----------------------------------------------------------------------------------
@@ -299,12 +294,12 @@ def format_choices(
     out: list[tuple[FormatName, bool]] = [(own, True)]
     if own not in quant.SIXTEEN_BIT or machine.backend == "cpu" or not shape.causal:
         return out  # a quantized checkpoint is served as it is; the CPU build and encoders: their own dtype
+    cc = quant.capability(machine.compute_capability)
     for fmt in SHIPPED:
         if fmt == "mxfp4" and not shape.is_moe:
             continue  # vLLM's mxfp4 quantizes MoE experts (gpt-oss); dense layers stay 16-bit
         if fmt in quant.GGUF and shape.model_type not in quant.GGUF_MODEL_TYPES:
             continue
-        cc = quant.capability(machine.compute_capability)
         if cc is not None and cc < quant.METHODS[fmt][1]:
             continue  # the GPU is older than the method's kernels
         out.append((fmt, False))
@@ -422,30 +417,22 @@ def longest_context(planner: _Planner, o: Option, users: int, top: int) -> tuple
     at_top = planner.plan(o, top, users)
     if at_top.prediction.fits:
         return top, at_top
-    guess = _estimate(at_top, users, top)
 
     def fits(length: int) -> bool:
-        return length >= 1 and planner.plan(o, length, users).prediction.fits
+        return planner.plan(o, length, users).prediction.fits
 
-    lo, hi = 0, top  # lo fits (0: nothing known to), hi does not
+    lo, hi = 1, top - 1  # `top` does not fit
+    guess = _estimate(at_top, users, top)
     if guess >= 1 and fits(guess):
-        lo = guess
-        if guess + 1 >= hi or not fits(guess + 1):
+        if guess == hi or not fits(guess + 1):
             return guess, planner.plan(o, guess, users)
-        lo = guess + 1
-    elif guess >= 1:
-        hi = guess
-    elif not fits(1):
-        return 0, at_top
+        lo = guess + 1  # the estimate fell short: search above it
     else:
-        lo = 1
-    while hi - lo > 1:  # the estimate missed: search by plans
-        mid = (lo + hi) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo, planner.plan(o, lo, users)
+        hi = guess - 1 if guess >= 1 else hi  # it overshot: search below it
+        if hi < 1 or not fits(1):
+            return 0, at_top
+    longest = last_true(lo, hi, fits)  # the estimate missed: search by plans
+    return longest, planner.plan(o, longest, users)
 
 
 def _estimate(at_top: Plan, users: int, top: int) -> int:
@@ -467,16 +454,7 @@ def _estimate(at_top: Plan, users: int, top: int) -> int:
                        num_blocks_override=pred.args.num_gpu_blocks_override)  # fmt: skip
         return pool.num_blocks >= per_req and pool.max_concurrency >= users
 
-    if not ok(1):
-        return 0
-    lo, hi = 1, top
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return last_true(1, top - 1, ok) if ok(1) else 0  # `top` does not fit: its plan says so
 
 
 def binding_bucket(plan: Plan) -> str | None:
@@ -499,7 +477,7 @@ def binding_bucket(plan: Plan) -> str | None:
     }.get(p.failure, per_user)
 
 
-def decode_ceiling(plan: Plan, o: Option, users: int, bandwidth: int | None) -> decode.DecodeCeiling | None:
+def decode_ceiling(plan: Plan, users: int, bandwidth: int | None) -> decode.DecodeCeiling | None:
     if not bandwidth:
         return None
     shape, a = plan.shape, plan.prediction.args
@@ -553,10 +531,10 @@ def _row(planner: _Planner, machine: Machine, o: Option, target: Target, top: in
         max_users=p.max_users,
         max_context=by_users.get(users, 0),
         max_context_by_users=by_users,
-        decode=decode_ceiling(plan, o, users, bandwidth),
+        decode=decode_ceiling(plan, users, bandwidth),
         headroom_bytes=p.total_bytes - p.plan_total_bytes,
         binding_bucket=binding_bucket(plan),
-        needs_checkpoint=quant.needs_checkpoint(o.format, formats.detect(plan.shape, plan.source.hf_quant_config).name),
+        needs_checkpoint=quant.needs_checkpoint(o.format, plan.stored.name),
     )
 
 
@@ -606,7 +584,6 @@ def search(
     pinned: dict[str, Any] | None = None,
     bandwidth_gbs: float | None = None,
     use_calibration: bool = True,
-    progress: Callable[[str], None] | None = None,
 ) -> Fit:
     """Every option on every machine, planned and ranked; the first row of each machine is marked chosen."""
     started = time.perf_counter()
@@ -626,7 +603,7 @@ def search(
             machine, shape = probe.machine, probe.shape
             machine_list.append(machine)
             top = max(target.context or 0, _model_context(probe))  # longest contexts are searched up to here
-            checkpoint = formats.detect(shape, probe.source.hf_quant_config).name
+            checkpoint = probe.stored.name
             wanted = formats_allowed or ((pinned["quantization"],) if pinned.get("quantization") else ())
             fmts = format_choices(shape, checkpoint, machine, tuple(formats.normalize_name(x) for x in wanted))
             tp_pp = (
@@ -660,19 +637,17 @@ def search(
                 dataclasses.replace(r, rank=len(rows) + j + 1, chosen=j == 0 and r.fits)
                 for j, r in enumerate(machine_rows)
             ]
-            if progress:
-                progress(f"{machine.name}: {len(choices)} options, {sum(r.fits for r in machine_rows)} fit")
     if first is None:
         raise VlaunchError("fit needs a machine")
     found = first.version_found
     return Fit(
         model=base.model,
         model_type=first.shape.model_type,
-        checkpoint_format=formats.detect(first.shape, first.source.hf_quant_config).name,
+        checkpoint_format=first.stored.name,
         target=target,
         machines=tuple(machine_list),
         rows=tuple(rows),
-        vllm_version=str(first.to_json()["vllm_version"]),
+        vllm_version=V.fmt_version(first.prediction.args.version),
         vllm_version_source=found.source if found else "stated",
         model_context=_model_context(first),
         options=options,

@@ -252,8 +252,9 @@ def _excluded(t: Tensor, patterns: tuple[str, ...]) -> bool:
 
 def _quantizable(t: Tensor, spec: FormatSpec) -> bool:
     """Does this format quantize this tensor? Only 2-D linear weights, and not what the checkpoint excludes."""
-    if t.role not in ("linear", "expert") or len(t.shape) != 2 + (t.role == "expert" and len(t.shape) == 3):
-        return False  # 2-D weights; experts also as one 3-D stack (experts × out × in)
+    matrix = len(t.shape) == 2 or (t.role == "expert" and len(t.shape) == 3)  # experts may be one 3-D stack
+    if t.role not in ("linear", "expert") or not matrix:
+        return False
     if spec.experts_only and t.role != "expert":
         return False
     if t.part == "vision":

@@ -20,7 +20,7 @@ from launcher.argv import vllm_argv
 from launcher.calibration import lookup_cpu_worker, lookup_terms, machine_key
 from launcher.errors import ConfigError, ProfileError
 from launcher.files import expand_user
-from launcher.kv import kv_per_token
+from launcher.kv import KVPerToken, kv_per_token
 from launcher.machines import Machine, MemoryReading, machine_for_plan
 from launcher.modelsource import ModelSource, read_model
 from launcher.modelsource import load as _load_source
@@ -88,6 +88,11 @@ class Plan:
     @property
     def fits(self) -> bool:
         return self.invalid is None and self.prediction.fits
+
+    @property
+    def stored(self) -> formats.FormatSpec:
+        """The format the checkpoint's weights are stored in (what its quantization_config says)."""
+        return formats.detect(self.shape, self.source.hf_quant_config)
 
     def to_json(self) -> dict[str, Any]:
         p = self.prediction
@@ -288,26 +293,30 @@ def cpu_has_avx512_bf16() -> bool:
     return False
 
 
-def tensor_bytes_of(plan: Plan) -> tuple[list[Any], list[int]]:
-    """The plan's tensors (MTP layers included) and their bytes in its format."""
-    shape, spec = plan.shape, plan.spec
+def _tensor_bytes(shape: Model, spec: formats.FormatSpec) -> tuple[list[Any], list[int]]:
+    """The model's tensors (MTP layers included) and their bytes in `spec`."""
     ts = _memo(("tensors", id(shape)), lambda: shape.tensors(mtp=True), shape)
     return ts, _memo(("bytes", id(shape), spec), lambda: formats.tensor_bytes(shape, spec, ts), shape)
+
+
+def _kv_per_token(shape: Model, kv_cache_dtype: str, tp: int) -> KVPerToken:
+    return _memo(("kv", id(shape), kv_cache_dtype, tp), lambda: kv_per_token(shape, kv_cache_dtype, tp), shape)
+
+
+def tensor_bytes_of(plan: Plan) -> tuple[list[Any], list[int]]:
+    """The plan's tensors (MTP layers included) and their bytes in its format."""
+    return _tensor_bytes(plan.shape, plan.spec)
+
+
+def kv_geometry(plan: Plan) -> KVPerToken:
+    """The KV bytes per token of the plan's model, KV cache dtype and tensor-parallel size (per rank)."""
+    a = plan.prediction.args
+    return _kv_per_token(plan.shape, a.kv_cache_dtype, a.tensor_parallel_size)
 
 
 def reused(key: Hashable, compute: Callable[[], _T], *objects: object) -> _T:
     """What another module computes from a plan, kept like the plan's own steps inside `reusing()`."""
     return _memo(key, compute, *objects)
-
-
-def kv_geometry(plan: Plan) -> Any:
-    """kv.KVPerToken of the plan's model, KV cache dtype and tensor-parallel size (per rank)."""
-    shape, a = plan.shape, plan.prediction.args
-    return _memo(
-        ("kv", id(shape), a.kv_cache_dtype, a.tensor_parallel_size),
-        lambda: kv_per_token(shape, a.kv_cache_dtype, a.tensor_parallel_size),
-        shape,
-    )
 
 
 def checkpoint_note(fmt: str, checkpoint: str) -> str:
@@ -420,9 +429,9 @@ def _make_plan(
     method = speculative.get("method")
     if method is None and speculative.get("model"):
         method = "draft_model"
+    stored = formats.detect(shape, src.hf_quant_config)
     # MTP layers are counted apart: vLLM loads them only when it speculates with them.
-    ts = _memo(("tensors", id(shape)), lambda: shape.tensors(mtp=True), shape)
-    per_tensor = _memo(("bytes", id(shape), spec), lambda: formats.tensor_bytes(shape, spec, ts), shape)
+    ts, per_tensor = _tensor_bytes(shape, spec)
 
     machine, reading = _memo(
         ("machine", profile.machine, profile.gpu_memory_gib, live),
@@ -475,15 +484,11 @@ def _make_plan(
         lambda: _drafter(speculative, args.speculative_method, method, args.tensor_parallel_size),
     )
 
-    kv = _memo(
-        ("kv", id(shape), args.kv_cache_dtype, args.tensor_parallel_size),
-        lambda: kv_per_token(shape, args.kv_cache_dtype, args.tensor_parallel_size),
-        shape,
-    )
+    kv = _kv_per_token(shape, args.kv_cache_dtype, args.tensor_parallel_size)
     exact_extra = 0
     if args.tensor_parallel_size == 1 and args.pipeline_parallel_size == 1 and src.model_dir:
         ckpt = found if src.origin in ("directory", "hf-cache") else None
-        if ckpt is not None and ckpt.total_bytes and spec == formats.detect(shape, src.hf_quant_config):
+        if ckpt is not None and ckpt.total_bytes and spec == stored:
             exact_extra = ckpt.total_bytes - _memo(
                 ("modelled", id(shape), spec), lambda: _modelled_bytes(ckpt, shape, ts, per_tensor), shape
             )
@@ -600,10 +605,9 @@ def _make_plan(
             model_type=shape.model_type,
         )
     )
-    checkpoint_format = formats.detect(shape, src.hf_quant_config)
-    if quant.needs_checkpoint(spec.name, checkpoint_format.name):
-        pred = dataclasses.replace(pred, notes=(*pred.notes, checkpoint_note(spec.name, checkpoint_format.name)))
-    argv, launch_env = vllm_argv(profile, pred, spec, formats.detect(shape, src.hf_quant_config))
+    if quant.needs_checkpoint(spec.name, stored.name):
+        pred = dataclasses.replace(pred, notes=(*pred.notes, checkpoint_note(spec.name, stored.name)))
+    argv, launch_env = vllm_argv(profile, pred, spec, stored)
     return Plan(
         profile,
         src,

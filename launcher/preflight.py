@@ -560,11 +560,10 @@ def check_port(plan: Plan, probes: Probes, out: list[Refusal]) -> None:
 def check_model(plan: Plan, probes: Probes, out: list[Refusal]) -> None:
     """10: the model vLLM loads resolves: a local directory with config.json, or a repo in the cache or on the hub;
     and its weights are in the format the plan priced (or one vLLM makes from them while loading)."""
-    from launcher import formats
     from launcher.vllm import quant
 
     p = plan.profile
-    stored = formats.detect(plan.shape, plan.source.hf_quant_config).name
+    stored = plan.stored.name
     if quant.needs_checkpoint(plan.spec.name, stored):
         out.append(
             Refusal(

@@ -290,6 +290,8 @@ def render_html(data: dict[str, Any]) -> str:
 def fit_page_data(fit: Any) -> dict[str, Any]:
     """Every row of a fit as a bar (per GPU, drawn to its machine's capacity) on one scale, best first, the chosen
     ones marked."""
+    from launcher.fit import DECODE_NOTE
+
     plans = [r.plan.to_json() for r in fit.rows]
     scale = max((max(int(p["machine_total_bytes"]), used_bytes(p)) for p in plans), default=1) or 1
     bars = []
@@ -328,7 +330,7 @@ def fit_page_data(fit: Any) -> dict[str, Any]:
         "machines": [m.name for m in fit.machines],
         "scale_bytes": scale,
         "bars": bars,
-        "decode_note": fit.to_json()["decode_note"],
+        "decode_note": DECODE_NOTE,
     }
 
 

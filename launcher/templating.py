@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import yaml
 
-from launcher import __version__, formats
+from launcher import __version__
 from launcher.argv import (
     CONTAINER_HF_CACHE,
     DEFAULT_IMAGE,
@@ -97,13 +97,9 @@ def jinja_env(*, autoescape: bool) -> Environment:
     return env
 
 
-def _detected(plan: Plan) -> formats.FormatSpec:
-    return formats.detect(plan.shape, plan.source.hf_quant_config)
-
-
 def vllm_args(plan: Plan) -> list[str]:
     """What follows `vllm serve MODEL` for this plan."""
-    return serve_args(plan.profile, plan.prediction, plan.spec, _detected(plan))
+    return serve_args(plan.profile, plan.prediction, plan.spec, plan.stored)
 
 
 def docker_argv(plan: Plan, *, hf_env: Mapping[str, str] | None = None) -> list[str]:

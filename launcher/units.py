@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -72,6 +73,17 @@ def parse_size(text: str) -> int:
 def cdiv(a: int, b: int) -> int:
     """Ceiling division of integers (vLLM's cdiv): how many b-sized pieces cover a."""
     return -(-a // b)
+
+
+def last_true(lo: int, hi: int, ok: Callable[[int], bool]) -> int:
+    """The largest n in [lo, hi] with ok(n), for ok true at lo and true up to some n, false after (a bisection)."""
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def users(n: int) -> str:

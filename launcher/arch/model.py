@@ -106,8 +106,8 @@ class Model:
 
     # ---- summaries for the activation and pool arithmetic -----------------------------------------------------
     def _first(self, cls: type[Any]) -> Any:
-        # A model never changes (frozen): what a scan of its layers found is kept beside its fields, not in one.
-        found: dict[Any, Any] = self.__dict__.setdefault("_first_found", {})
+        # A model never changes (frozen): what a scan of its layers found is kept beside its fields (`_scans`).
+        found: dict[Any, Any] = self.__dict__.setdefault("_scans", {})
         if cls not in found:
             found[cls] = next(
                 (m for layer in self.layers for m in (*layer.mixers, *layer.mlps) if isinstance(m, cls)), None
@@ -170,7 +170,7 @@ class Model:
     @property
     def intermediate_size(self) -> int:
         """The MLP width one token passes through: the experts it is routed to for MoE, else the widest dense."""
-        kept: dict[str, Any] = self.__dict__.setdefault("_first_found", {})
+        kept: dict[str, Any] = self.__dict__.setdefault("_scans", {})
         if "intermediate_size" not in kept:
             moe = self.moe
             widths = [f.active_intermediate() for layer in self.layers for f in layer.mlps]
@@ -181,7 +181,7 @@ class Model:
     @property
     def mixer_kinds(self) -> frozenset[str]:
         """The kinds of token mixer the decoder's layers hold (full_attention, linear_attention, mamba2, …)."""
-        kept: dict[str, Any] = self.__dict__.setdefault("_first_found", {})
+        kept: dict[str, Any] = self.__dict__.setdefault("_scans", {})
         if "mixer_kinds" not in kept:
             kept["mixer_kinds"] = frozenset(m.kind for layer in self.layers for m in layer.mixers)
         kinds: frozenset[str] = kept["mixer_kinds"]

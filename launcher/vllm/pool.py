@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import Literal
 
 from launcher.records import dataclass
-from launcher.units import cdiv
+from launcher.units import cdiv, last_true
 from launcher.vllm import versions as V
 from launcher.vllm.specs import (
     CacheSpec,
@@ -298,16 +298,7 @@ def auto_fit_max_model_len(lay: KVLayout, ctx: Context, available_bytes: int) ->
     def fits(n: int) -> bool:
         return blocks_per_request(lay, dataclasses.replace(ctx, max_model_len=n)) * lay.bytes_per_block <= room
 
-    if not fits(1):
-        return 0
-    lo, hi, best = 1, ctx.max_model_len, 1
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        if fits(mid):
-            best, lo = mid, mid + 1
-        else:
-            hi = mid - 1
-    return best
+    return last_true(1, ctx.max_model_len, fits) if fits(1) else 0
 
 
 @dataclass(frozen=True)
