@@ -507,12 +507,18 @@ def _not_a_regular_file(target: str) -> str | None:
     return "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
 
 
+def _machine_names(names: str) -> list[str]:
+    """--compare's comma-separated machines (aliases allowed) as catalog names."""
+    from launcher.machines import canonical_machine_name
+
+    return [canonical_machine_name(n) for n in names.split(",") if n.strip()]
+
+
 def _compare_plans(main_plan: Any, names: str) -> list[Any]:
     """The main plan's profile planned on each machine of a comma-separated list (aliases allowed)."""
-    from launcher.machines import canonical_machine_name
     from launcher.planning import make_plan
 
-    wanted = [canonical_machine_name(n) for n in names.split(",") if n.strip()]
+    wanted = _machine_names(names)
     if not wanted:
         raise VlaunchError("--compare needs machine names, e.g. --compare spark,h100,rtx4090")
     if main_plan.machine.name not in wanted:
@@ -710,7 +716,6 @@ def fit(
     (bandwidth ÷ bytes per step), not a benchmark. Exit 3 when no option fits.
     """
     from launcher import fit as fitting
-    from launcher.machines import canonical_machine_name
     from launcher.profiles import parse_tokens
     from launcher.render import render_fit
 
@@ -724,9 +729,7 @@ def fit(
     flags = {**flags, "max_model_len": None}
     base = _fit_base(model_arg, flags)
     pinned = {k: flags.get(k) for k in _FIT_PINNABLE if flags.get(k) is not None}
-    machines = [base.machine]
-    if compare:
-        machines += [canonical_machine_name(n) for n in compare.split(",") if n.strip()]
+    machines = [base.machine, *(_machine_names(compare) if compare else [])]
     allowed = None
     if formats_:
         from launcher.formats import normalize_name
@@ -745,19 +748,20 @@ def fit(
         use_calibration=not no_calibration,
     )
     written = None
+    inputs = _inputs(base, flags.get("serve_config"))
     if write_profile:
         row = _fit_pick(result, pick)
         path = _fit_profile_path(write_profile)
         if not os.path.isabs(path) and path.startswith("profiles" + os.sep):
             os.makedirs("profiles", exist_ok=True)  # where `plan NAME` and `serve NAME` look first
         text = fitting.profile_text(row, os.path.basename(path).rsplit(".", 1)[0], result)
-        _write_text(path, text, inputs=_inputs(base, flags.get("serve_config")), force=force)
+        _write_text(path, text, inputs=inputs, force=force)
         written = path
     if html_path:
         from launcher.report import fit_page_data, render_fit_html
 
         page = render_fit_html(fit_page_data(result))
-        _write_text(html_path, page, inputs=_inputs(base, flags.get("serve_config")), force=force)
+        _write_text(html_path, page, inputs=inputs, force=force)
     if as_json:
         data = result.to_json()
         data["written_profile"] = written
