@@ -9,21 +9,30 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import field
-from typing import Literal
+from typing import Any, Literal
 
 from launcher import units
 from launcher.arch.layers import Layer
 from launcher.arch.model import Model
 from launcher.formats import FormatSpec
-from launcher.kv import kv_element_bytes
+from launcher.kv import boundary_layers, checkpoint_kv_dtype, kv_element_bytes
 from launcher.params import Tensor
 from launcher.records import dataclass
 from launcher.units import GiB, MiB, cdiv
 from launcher.vllm import engine as ve
 from launcher.vllm import pool as vp
 from launcher.vllm import versions as V
-from launcher.vllm.specs import CacheSpec, Context, MambaMode, MambaSpec, SpecSettings, layer_spec
+from launcher.vllm.specs import (
+    CacheSpec,
+    Context,
+    MambaMode,
+    MambaSpec,
+    SpecSettings,
+    kept_layers_block_size,
+    layer_spec,
+)
 
 Engine = Literal["v0", "v1"]
 
@@ -149,6 +158,7 @@ def resolve_engine_args(
     cpu_bf16: bool = True,
     disable_hybrid_manager: bool = False,
     chunked_with_hybrid: bool = True,
+    hf_quant_config: Mapping[str, Any] | None = None,
 ) -> EngineArgs:
     """Apply vLLM's defaults as `vllm serve` does (arg_utils: usage context OPENAI_API_SERVER)."""
     v1 = V.V1_ENGINE.on(version) or (force_v1 and V.V1_OPT_IN.on(version))
@@ -183,14 +193,18 @@ def resolve_engine_args(
     has_gdn = "linear_attention" in kinds
     supports_all = shape.model_type in ve.MAMBA_PREFIX_CACHING
     mode = ve.mamba_mode(mamba_cache_mode, caching, version, supports_all) if has_state else "none"
+    kv_dtype = _resolve_kv_dtype(kv_cache_dtype, dtype, shape, version, hf_quant_config)
+    block = block_size or ve.default_block_size(shape, platform, version)
+    if boundary_layers(kv_dtype, shape, version):  # TurboQuant keeps its first and last layers in 16 bits
+        block = kept_layers_block_size(block, _dtype_bytes(dtype, shape), ve.KERNEL_BLOCK[platform], version)
     return EngineArgs(
         version=version,
         engine=engine,
         platform=platform,
         unified=unified,
         max_model_len=mml,
-        block_size=block_size or ve.default_block_size(shape, platform, version),
-        kv_cache_dtype=_resolve_kv_dtype(kv_cache_dtype, dtype, shape, version),
+        block_size=block,
+        kv_cache_dtype=kv_dtype,
         dtype_bytes=_dtype_bytes(dtype, shape),
         tensor_parallel_size=tensor_parallel_size,
         pipeline_parallel_size=pipeline_parallel_size,
@@ -235,15 +249,16 @@ def _served_dtype(dtype: str, shape: Model) -> str:
     return "float16" if (shape.torch_dtype or "").lower() == "float16" else "bfloat16"
 
 
-def _resolve_kv_dtype(kv_cache_dtype: str, dtype: str, shape: Model, version: V.Version) -> str:
-    """vLLM's kv_cache_dtype "auto": the dtype the model is served in (fp32 only when asked for), or fp8 when the
-    checkpoint declares an fp8 KV cache and no dtype was asked for."""
+def _resolve_kv_dtype(
+    kv_cache_dtype: str, dtype: str, shape: Model, version: V.Version, hf_quant_config: Mapping[str, Any] | None
+) -> str:
+    """vLLM's kv_cache_dtype: what the checkpoint's quantization config sets where this version takes it
+    (kv.checkpoint_kv_dtype), else as asked; "auto" is the dtype the model is served in (fp32 only when asked)."""
+    ckpt = checkpoint_kv_dtype(shape, hf_quant_config, version, kv_cache_dtype)
+    if ckpt is not None and ckpt.taken:
+        return ckpt.dtype
     if kv_cache_dtype != "auto":
         return kv_cache_dtype
-    q = shape.quantization_config or {}
-    fp8 = str(q.get("kv_cache_quant_algo") or "").upper() == "FP8"
-    if dtype.lower() not in _DTYPE_NAMES and V.KV_FP8_FROM_CHECKPOINT.on(version) and fp8:
-        return "fp8"
     return _served_dtype(dtype, shape)
 
 
@@ -777,13 +792,14 @@ def layout_inputs(s: Model, a: EngineArgs) -> tuple[object, ...]:
 def rank_layout(s: Model, a: EngineArgs, pp_rank: int = 0, drafter: Model | None = None) -> tuple[vp.KVLayout, Context]:
     """vLLM's blocks for one rank: every layer's spec, the hybrid block size, the groups over the whole model
     projected onto this rank's layers."""
-    settings = a.spec_settings()
+    # TurboQuant / UltraQuant keep the first and last layers in the model's dtype
+    settings = dataclasses.replace(a.spec_settings(), kept_layers=boundary_layers(a.kv_cache_dtype, s, a.version))
     layers, owned = rank_layers(s, a, pp_rank, drafter)
     specs: list[CacheSpec | None] = []
     mask: list[bool] = []
     for layer, own in zip(layers, owned, strict=True):
         for m in layer.mixers:
-            specs.append(layer_spec(m, settings))
+            specs.append(layer_spec(m, settings, layer.prefix))
             mask.append(own)
     if a.pooling and not s.causal:
         specs = []  # encoder-only attention keeps no cache (EncoderOnlyAttention has no KV spec)

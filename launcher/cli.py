@@ -373,77 +373,45 @@ def _plan_options(f: Any) -> Any:
 
 
 def build_profile(profile: str | None, flags: dict[str, Any], command: tuple[str, ...] = ()) -> Any:
-    """A profile from PROFILE (path or name under profiles/), a pasted vLLM command and/or flags.
+    """The profile asked for (launcher.request.build), with the vLLM options given to this command."""
+    return asked(profile, flags, command).profile
 
-    `flags` holds the click values by field dest ("max_model_len", "vllm_port", "config" for --hf-config-path),
-    plus "model" and "serve_config" (--config: vLLM's serve YAML). Precedence: flags, then the pasted command,
-    then the serve YAML, then the profile file.
-    """
-    from pathlib import Path
 
-    from launcher.planning import profile_from_flags
-    from launcher.profiles import FIELDS, load_profile, resolve_profile_arg
+def asked(profile: str | None, flags: dict[str, Any], command: tuple[str, ...] = ()) -> Any:
+    """PROFILE, a pasted launch, vLLM's options given to the command and vlaunch's flags, as one request
+    (launcher.request.build): precedence flags, then the pasted command, then --config, then the profile."""
+    from launcher.request import build
 
-    values = {k: v for k, v in flags.items() if v is not None}
-    layers: list[Any] = []  # vllm.flags.Parsed, imported only when there is a command or a serve YAML to read
-    if command:
-        from launcher.vllm.flags import parse_command
+    meta = click.get_current_context(silent=True)
+    words = meta.meta.get("vlaunch.vllm_words", []) if meta is not None else []
+    own = meta.meta.get("vlaunch.own", {}) if meta is not None else {}
+    return build(profile, flags, command, words, own=own)
 
-        layers.append(parse_command(command))
-    serve_config = values.pop("serve_config", None) or next(
-        (x.values.get("serve_config") for x in layers if x.values.get("serve_config")), None
-    )
-    if serve_config:
-        from launcher.profiles import check_yaml_file
-        from launcher.vllm.flags import read_serve_config
 
-        check_yaml_file(serve_config, VlaunchError)
-        from_file, hf_config = read_serve_config(serve_config)
-        if hf_config:
-            values.setdefault("config", hf_config)
-        layers.append(from_file)
-    extra: list[str] = []
-    for layer in layers:
-        for k, v in layer.values.items():
-            values.setdefault(k, v)
-        extra += layer.extra_args
-    overrides: dict[str, Any] = {}
-    vllm: dict[str, Any] = {}
-    for spec in FIELDS:
-        value = values.get(spec.dest)
-        if value is None or not spec.flags or spec.key in ("model", "config"):
-            continue
-        if spec.key in ("limit_mm_per_prompt", "speculative_config") and isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except ValueError as e:
-                from launcher.errors import ProfileError
+def _vllm_words() -> list[str]:
+    """The vLLM options given to the running command (`--model X`, `--config serve.yaml`, `-tp 2` …)."""
+    ctx = click.get_current_context(silent=True)
+    return list(ctx.meta.get("vlaunch.vllm_words", [])) if ctx is not None else []
 
-                raise ProfileError(f"not JSON: {e}", field=spec.flags[0]) from None
-            except RecursionError:
-                from launcher.errors import ProfileError
 
-                raise ProfileError("not JSON: nested too deeply", field=spec.flags[0]) from None
-        if spec.key.startswith("vllm."):
-            vllm[spec.key[5:]] = value
-        else:
-            overrides[spec.key] = value
-    if profile:
-        base = load_profile(resolve_profile_arg(profile, Path.cwd() / "profiles"))
-        for key in ("model", "config"):
-            if values.get(key):
-                overrides[key] = values[key]
-        if extra:
-            vllm["extra_args"] = [*base.vllm.extra_args, *extra]
-        if vllm:
-            overrides["vllm"] = vllm
-        p = base.with_overrides(**overrides) if overrides else base
-    else:
-        if extra:
-            vllm["extra_args"] = extra
-        p = profile_from_flags(values.get("model"), values.get("config"), **overrides)
-        p = p.with_overrides(vllm=vllm) if vllm else p
-    return p
+class _VllmCommand(click.Command):
+    """A planning command: the vLLM options given to it, in any spelling or form vLLM takes (`--max_model_len`,
+    `--device-memory-utilization`, `-sc.method mtp`, `-O3`), are read by vLLM's own rules with the table of the
+    release the launch runs, like a pasted command's."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        from launcher.request import is_vllm_spelling, split_vllm_words
+
+        own: dict[str, bool] = {}
+        for param in self.get_params(ctx):
+            if isinstance(param, click.Option):
+                for name in (*param.opts, *param.secondary_opts):
+                    if not is_vllm_spelling(name):
+                        own[name] = not param.is_flag and param.nargs != 0
+        keep, vllm = split_vllm_words(args, own)
+        ctx.meta["vlaunch.vllm_words"] = vllm
+        ctx.meta["vlaunch.own"] = own
+        return super().parse_args(ctx, keep)
 
 
 def _bar_style(ascii_bar: bool) -> Any:
@@ -535,20 +503,12 @@ def _compare_plans(main_plan: Any, names: str) -> list[Any]:
 
 def _split_command(words: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
     """PROFILE and/or a pasted vLLM command (after --): `plan p`, `plan -- vllm serve M …`, `plan p -- vllm …`."""
-    import os.path
+    from launcher.request import split_words
 
-    def is_launch(w: str) -> bool:
-        base = os.path.basename(w)
-        return base in ("vllm", "docker") or base.startswith("python")
-
-    if not words:
-        return None, ()
-    if is_launch(words[0]):
-        return None, words
-    return words[0], words[1:]
+    return split_words(words)
 
 
-@main.command(context_settings={"ignore_unknown_options": False})
+@main.command(cls=_VllmCommand, context_settings={"ignore_unknown_options": False})
 @click.argument("words", metavar="[PROFILE] [-- VLLM COMMAND…]", nargs=-1, type=click.UNPROCESSED)
 @_plan_options
 @click.option("--html", "html_path", metavar="FILE", help="Also write the memory picture as one HTML page.")
@@ -580,9 +540,10 @@ def plan(
     from launcher.units import gib_to_bytes
 
     profile, command = _split_command(words)
-    p = build_profile(profile, flags, command)
+    request = asked(profile, flags, command)
+    p = request.profile
     free = None if free_gib is None else gib_to_bytes(free_gib)
-    result = make_plan(p, free_bytes=free, use_calibration=not no_calibration)
+    result = make_plan(p, free_bytes=free, use_calibration=not no_calibration, notes=request.notes)
     plans = _compare_plans(result, compare) if compare else [result]
     style = _bar_style(ascii_bar)
     if as_json:
@@ -606,7 +567,7 @@ def plan(
         from launcher.report import page_data, render_html
 
         page = render_html(page_data([x.to_json() for x in plans], description=p.description))
-        _write_text(html_path, page, inputs=_inputs(p, flags.get("serve_config")), force=force)
+        _write_text(html_path, page, inputs=_inputs(p, *request.inputs), force=force)
         if not as_json:
             click.echo(f"html: {html_path}")
     if not all(x.fits for x in plans):
@@ -615,6 +576,20 @@ def plan(
 
 _FIT_PINNABLE = ("quantization", "kv_cache_dtype", "tensor_parallel_size", "pipeline_parallel_size",
                  "speculative_config", "max_num_seqs")  # fmt: skip
+
+
+def _with_vllm_values(flags: dict[str, Any], profile: str | None) -> dict[str, Any]:
+    """fit's flags with the vLLM options given to it read in: the values it holds fixed (`-q`, `-tp` …) are
+    planning values; the rest stays vLLM's, passed to every row."""
+    from launcher.request import vllm_values
+
+    words = _vllm_words()
+    if not words:
+        return flags
+    parsed = vllm_values(words, flags, profile if profile and profile.endswith((".yaml", ".yml")) else None)
+    ctx = click.get_current_context()
+    ctx.meta["vlaunch.vllm_words"] = parsed.extra_args
+    return {**parsed.values, **{k: v for k, v in flags.items() if v is not None}}
 
 
 def _fit_base(model: str, flags: dict[str, Any]) -> Any:
@@ -647,7 +622,7 @@ def _fit_profile_path(name: str) -> str:
     return os.path.join("profiles", f"{name}.yaml")
 
 
-@main.command()
+@main.command(cls=_VllmCommand)
 @click.argument("model_arg", metavar="MODEL")
 @_plan_options
 @click.option("--context", "context", metavar="TOKENS",
@@ -726,6 +701,7 @@ def fit(
     if raw_context is not None and str(raw_context).strip().lower() in ("auto", "-1"):
         raw_context = None  # the longest that fits: fit's own search
     target_context = None if raw_context is None else parse_tokens(raw_context, "--context")
+    flags = _with_vllm_values(flags, model_arg)
     flags = {**flags, "max_model_len": None}
     base = _fit_base(model_arg, flags)
     pinned = {k: flags.get(k) for k in _FIT_PINNABLE if flags.get(k) is not None}
@@ -801,7 +777,7 @@ def _plan_for_log(
     from launcher.units import gib_to_bytes
 
     require_vllm_log(facts)
-    if not (profile or flags.get("config") or flags.get("serve_config") or flags.get("model")):
+    if not (profile or flags.get("config") or flags.get("serve_config") or flags.get("model") or _vllm_words()):
         return None, None, None
     merged = {k: v for k, v in flags_from_log(facts).items()}
     merged.update({k: v for k, v in flags.items() if v is not None})
@@ -818,7 +794,7 @@ def _plan_for_log(
     return plan_, compare(plan_, facts), None
 
 
-@main.command()
+@main.command(cls=_VllmCommand)
 @click.argument("log")
 @click.option("--profile", "profile", metavar="PROFILE", help="Compare against this profile's plan.")
 @_plan_options
@@ -859,7 +835,7 @@ def check(
         sys.exit(1)
 
 
-@main.command()
+@main.command(cls=_VllmCommand)
 @click.argument("words", metavar="[PROFILE] [-- VLLM COMMAND…]", nargs=-1, type=click.UNPROCESSED)
 @click.option("--dry-run", is_flag=True, help="Print the plan, the guard's verdict and the command; start nothing.")
 @click.option("--force", is_flag=True, help="Launch even when the plan says it does not fit.")
@@ -912,17 +888,18 @@ def serve(
     from launcher.units import gib_to_bytes
 
     profile, command = _split_command(words)
-    if not (profile or command or flags.get("model") or flags.get("config") or flags.get("serve_config")):
+    if not (profile or command or flags.get("model") or flags.get("config") or _vllm_words()):
         from launcher.machines import detect
 
         profile = _default_profile(detect()[0].name)
         if not as_json:
             click.echo(f"profile: {profile} (the bundled default for this box; `vlaunch profiles` lists others)")
-    p = build_profile(profile, flags, command)
+    request = asked(profile, flags, command)
+    p = request.profile
     free = None if free_gib is None else gib_to_bytes(free_gib)
     if free is None and not p.nodes:
         free = guard.live_free_bytes(p.machine)  # the start-up check against what is free right now
-    result = make_plan(p, free_bytes=free, use_calibration=not no_calibration)
+    result = make_plan(p, free_bytes=free, use_calibration=not no_calibration, notes=request.notes)
     options = serving.ServeOptions(
         logs_dir=Path(logs_dir),
         force=force,
@@ -1126,8 +1103,8 @@ def report(
         sys.exit(1)
 
 
-@main.command()
-@click.argument("profile", required=False)
+@main.command(cls=_VllmCommand)
+@click.argument("words", metavar="[PROFILE] [-- VLLM COMMAND…]", nargs=-1, type=click.UNPROCESSED)
 @click.option("--as", "kind", required=True, type=click.Choice(["script", "systemd", "docker", "vllm-config"]),
               help="script: bash launch script; systemd: a unit file; docker: `docker run` for NVIDIA's vLLM "
               "container; vllm-config: YAML for `vllm serve --config`.")  # fmt: skip
@@ -1135,7 +1112,7 @@ def report(
 @click.option("--force", is_flag=True, help=_FORCE_HELP)
 @_plan_options
 def render(
-    profile: str | None,
+    words: tuple[str, ...],
     kind: str,
     output: str | None,
     force: bool,
@@ -1153,15 +1130,17 @@ def render(
     from launcher.templating import render_launch
     from launcher.units import gib_to_bytes
 
-    p = build_profile(profile, flags)
+    profile, command = _split_command(words)
+    request = asked(profile, flags, command)
+    p = request.profile
     free = None if free_gib is None else gib_to_bytes(free_gib)
-    result = make_plan(p, free_bytes=free, use_calibration=not no_calibration)
+    result = make_plan(p, free_bytes=free, use_calibration=not no_calibration, notes=request.notes)
     try:
         text = render_launch(result, kind)
     except ValueError as e:
         raise VlaunchError(str(e)) from None
     if output:
-        _write_text(output, text, inputs=_inputs(p, profile, flags.get("serve_config")), force=force)
+        _write_text(output, text, inputs=_inputs(p, profile, *request.inputs), force=force)
     if as_json:
         emit_json({"as": kind, "output": output, "fits": result.fits, "text": text})
     elif not output:

@@ -1,8 +1,8 @@
 """`vlaunch fit`: the ways to run one model on a box, each planned by `plan` itself, ranked.
 
 A user's choices are enumerated — the weight format (the checkpoint's own; for a 16-bit checkpoint the formats
-its family ships), the KV cache dtype, tensor / pipeline parallel over the box's GPUs (or two Sparks), MTP
-speculative decoding where the checkpoint has it, max_num_seqs — and every one becomes a profile that
+vLLM makes from it while loading), the KV cache dtype, tensor / pipeline parallel over the box's GPUs (or two
+Sparks), MTP speculative decoding where the checkpoint has it, max_num_seqs — and every one becomes a profile that
 `planning.make_plan` plans: no second model of memory. The longest context a number of users can have is a
 search over max_model_len whose every answer is confirmed by plans on both sides of it (it fits, one token more
 does not).
@@ -19,11 +19,11 @@ import time
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from launcher import decode, formats, planning
+from launcher import decode, planning
 from launcher.arch.model import Model
 from launcher.errors import VlaunchError
-from launcher.formats import FormatName
-from launcher.kv import kv_per_token
+from launcher.formats import FormatSpec
+from launcher.kv import checkpoint_kv_dtype, kv_per_token
 from launcher.machines import Machine
 from launcher.planning import Plan, make_plan
 from launcher.profiles import Profile
@@ -33,16 +33,18 @@ from launcher.vllm import pool as vp
 from launcher.vllm import quant
 from launcher.vllm import versions as V
 
-# Fewest quality compromises first: weights (16-bit > 8-bit > 4-bit floating point > 4-bit integer), then the KV
-# cache (the model's dtype > fp8).
+# Fewest quality compromises first: weights as priced (16-bit > 8-bit > 4-bit floating point > 4-bit integer), then
+# the KV cache (the model's dtype > fp8).
 WEIGHT_QUALITY: dict[str, int] = {
     "fp32": 0, "bf16": 0, "fp16": 0,
-    "fp8": 1, "int8": 1, "q8_0": 1,
+    "fp8": 1, "int8": 1, "q8_0": 1, "mxfp8": 1,
     "nvfp4": 2, "mxfp4": 2,
     "awq": 3, "gptq": 3, "w4a16": 3, "q4_k_m": 3,
 }  # fmt: skip
-# What a 16-bit checkpoint's family ships (or vLLM makes from it: fp8), in quality order.
-SHIPPED: tuple[FormatName, ...] = ("fp8", "nvfp4", "mxfp4", "awq", "gptq", "q8_0", "q4_k_m")
+# What vLLM makes from a 16-bit checkpoint while loading it that fit offers, where the release has it (quant.online),
+# in quality order: fp8 for every layer; MXFP4 for every layer; NVFP4 for the MoE experts alone (Blackwell SM10x).
+# fp8's block and channel variants and MXFP8 weigh as fp8 within a few scale bytes: `-q` plans them.
+ONLINE_CHOICES: tuple[str, ...] = ("fp8", "mxfp4", "nvfp4_per_token")
 USER_COUNTS = (1, 4, 16)  # without --users: the longest context for each
 SPARK_HOSTS = ("spark-1", "spark-2")  # placeholders a two-Spark profile is written with: set them to the real ones
 
@@ -53,7 +55,7 @@ Mode = Literal["users+context", "users", "context", "none"]  # what the target g
 class Option:
     """One way to run the model: the choices a row makes (max_model_len and users come from the target)."""
 
-    format: FormatName  # the weights as served
+    format: str  # the weights as served: the checkpoint's own format, or the --quantization that makes them
     own: bool  # the checkpoint's own format (no --quantization)
     kv_cache_dtype: str  # "auto" or "fp8"
     tensor_parallel_size: int = 1
@@ -123,7 +125,7 @@ class Row:
 
     @property
     def quality(self) -> tuple[int, int]:
-        return WEIGHT_QUALITY.get(self.option.format, 3), 0 if self.option.kv_cache_dtype == "auto" else 1
+        return WEIGHT_QUALITY.get(self.plan.spec.name, 3), 0 if self.option.kv_cache_dtype == "auto" else 1
 
     def to_json(self) -> dict[str, Any]:
         p = self.plan.prediction
@@ -284,25 +286,27 @@ def profile_text(row: Row, name: str, fit: Fit) -> str:
 
 
 def format_choices(
-    shape: Model, checkpoint: FormatName, machine: Machine, pinned: tuple[FormatName, ...] = ()
-) -> list[tuple[FormatName, bool]]:
-    """(format, own) pairs: the pinned ones; else the checkpoint's own, and for a 16-bit checkpoint the formats its
-    family ships (mxfp4 for MoE experts, GGUF where vLLM's loader knows the architecture) that the GPU runs."""
-    own: FormatName = "bf16" if checkpoint == "fp32" else checkpoint  # vLLM serves fp32 checkpoints in 16 bits
+    shape: Model, stored: FormatSpec, machine: Machine, version: V.Version, pinned: tuple[str, ...] = ()
+) -> list[tuple[str, bool]]:
+    """(format, own) pairs: the pinned ones; else the checkpoint's own, and for a 16-bit checkpoint what vLLM makes
+    from it while loading at this release (quant.online) that the GPU runs: a quantized checkpoint is served as it
+    is, and a format it does not hold is no choice."""
+    own = "bf16" if stored.name == "fp32" and not stored.layers else stored.name  # fp32 is served in 16 bits
     if pinned:
-        return [(f, f == own or (f in quant.SIXTEEN_BIT and own in quant.SIXTEEN_BIT)) for f in dict.fromkeys(pinned)]
-    out: list[tuple[FormatName, bool]] = [(own, True)]
-    if own not in quant.SIXTEEN_BIT or machine.backend == "cpu" or not shape.causal:
+        sixteen = own in quant.SIXTEEN_BIT
+        return [(f, f == own or (sixteen and f in quant.SIXTEEN_BIT)) for f in dict.fromkeys(pinned)]
+    out: list[tuple[str, bool]] = [(own, True)]
+    if stored.method is not None or machine.backend == "cpu" or not shape.causal:
         return out  # a quantized checkpoint is served as it is; the CPU build and encoders: their own dtype
-    cc = quant.capability(machine.compute_capability)
-    for fmt in SHIPPED:
-        if fmt == "mxfp4" and not shape.is_moe:
-            continue  # vLLM's mxfp4 quantizes MoE experts (gpt-oss); dense layers stay 16-bit
-        if fmt in quant.GGUF and shape.model_type not in quant.GGUF_MODEL_TYPES:
-            continue
-        if cc is not None and cc < quant.METHODS[fmt][1]:
-            continue  # the GPU is older than the method's kernels
-        out.append((fmt, False))
+    made = quant.online(version)
+    for name in ONLINE_CHOICES:
+        if name not in made or (name == "nvfp4_per_token" and not shape.is_moe):
+            continue  # not in this release; NVFP4 online quantizes MoE experts alone
+        spec = quant.resolve(name, stored, shape, version).spec
+        why = quant.refusal(spec.name, version=version, platform="cuda", compute_capability=machine.compute_capability,
+                            model_type=shape.model_type, method=name)  # fmt: skip
+        if why is None:  # the GPU runs its kernels
+            out.append((name, False))
     return out
 
 
@@ -311,8 +315,8 @@ def kv_choices(shape: Model, pinned: str | None) -> list[str]:
         return [pinned]
     if kv_per_token(shape).per_token == 0:
         return ["auto"]  # no attention layer keeps a KV cache
-    if str((shape.quantization_config or {}).get("kv_cache_quant_algo") or "").upper() == "FP8":
-        return ["auto"]  # the checkpoint's own KV cache is fp8 already
+    if (ckpt := checkpoint_kv_dtype(shape, None, V.LATEST)) is not None and ckpt.taken:
+        return ["auto"]  # the checkpoint's own KV cache is fp8 (or nvfp4) already: vLLM takes it for auto
     return ["auto", "fp8"]
 
 
@@ -534,8 +538,14 @@ def _row(planner: _Planner, machine: Machine, o: Option, target: Target, top: in
         decode=decode_ceiling(plan, users, bandwidth),
         headroom_bytes=p.total_bytes - p.plan_total_bytes,
         binding_bucket=binding_bucket(plan),
-        needs_checkpoint=quant.needs_checkpoint(o.format, plan.stored.name),
+        needs_checkpoint=_format_refused(plan),
     )
+
+
+def _format_refused(plan: Plan) -> bool:
+    """The row's format is one the checkpoint does not hold and vLLM does not make while loading it."""
+    p = plan.profile
+    return quant.resolve(p.quantization, plan.stored, plan.shape, plan.prediction.args.version).refusal is not None
 
 
 def rank_key(r: Row, mode: Mode) -> tuple[Any, ...]:
@@ -603,9 +613,9 @@ def search(
             machine, shape = probe.machine, probe.shape
             machine_list.append(machine)
             top = max(target.context or 0, _model_context(probe))  # longest contexts are searched up to here
-            checkpoint = probe.stored.name
             wanted = formats_allowed or ((pinned["quantization"],) if pinned.get("quantization") else ())
-            fmts = format_choices(shape, checkpoint, machine, tuple(formats.normalize_name(x) for x in wanted))
+            version = probe.prediction.args.version
+            fmts = format_choices(shape, probe.stored, machine, version, tuple(x.strip().lower() for x in wanted))
             tp_pp = (
                 (int(pinned.get("tensor_parallel_size") or 1), int(pinned.get("pipeline_parallel_size") or 1))
                 if pinned.get("tensor_parallel_size") or pinned.get("pipeline_parallel_size")

@@ -20,10 +20,10 @@ from launcher.params import PARTS, Part, Tensor, tensors
 from launcher.records import dataclass
 
 FormatName = Literal[
-    "fp32", "bf16", "fp16", "fp8", "int8", "q8_0", "awq", "gptq", "w4a16", "q4_k_m", "nvfp4", "mxfp4",
+    "fp32", "bf16", "fp16", "fp8", "int8", "q8_0", "awq", "gptq", "w4a16", "q4_k_m", "nvfp4", "mxfp4", "mxfp8",
 ]  # fmt: skip
 FORMATS: tuple[FormatName, ...] = (
-    "fp32", "bf16", "fp16", "fp8", "int8", "q8_0", "awq", "gptq", "w4a16", "q4_k_m", "nvfp4", "mxfp4",
+    "fp32", "bf16", "fp16", "fp8", "int8", "q8_0", "awq", "gptq", "w4a16", "q4_k_m", "nvfp4", "mxfp4", "mxfp8",
 )  # fmt: skip
 
 # Names people and vLLM use for the same thing.
@@ -31,7 +31,7 @@ ALIASES: dict[str, FormatName] = {
     "float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16",
     "fp8_e4m3": "fp8", "modelopt": "fp8", "w8a8": "int8", "w8a8_int8": "int8", "int8_w8a8": "int8",
     "awq_marlin": "awq", "gptq_marlin": "gptq", "compressed-tensors-w4a16": "w4a16", "modelopt_fp4": "nvfp4",
-    "gguf_q8_0": "q8_0", "gguf_q4_k_m": "q4_k_m", "q4km": "q4_k_m",
+    "gguf_q8_0": "q8_0", "gguf_q4_k_m": "q4_k_m", "q4km": "q4_k_m", "modelopt_mxfp8": "mxfp8",
 }  # fmt: skip
 
 # ggml block layouts by type name: (weights per block, bytes per block).
@@ -53,15 +53,26 @@ class FormatSpec:
     not_converted: tuple[str, ...] = ()  # module name patterns the checkpoint keeps unquantized
     experts_only: bool = False  # MXFP4 in gpt-oss: only the routed experts are quantized
     source: str = "default"  # where the format came from: config.json, flag, default
+    per_channel: bool = False  # fp8: one fp32 scale per output row instead of one per matrix
+    input_scale: bool = True  # fp8 / NVFP4: a static fp32 input_scale beside the weight's (checkpoints hold one)
+    method: str | None = None  # the checkpoint's quant_method as vLLM reads it; None: unquantized weights
+    # Mixed precision: (module name, exact or "re:" pattern or class name "Linear"; its format), in match order.
+    # A quantizable tensor no entry matches stays 16-bit.
+    layers: tuple[tuple[str, FormatSpec], ...] = ()
 
     def describe(self) -> str:
+        if self.layers:
+            parts = dict.fromkeys(sub.describe() for _, sub in self.layers)
+            return f"{self.method or 'mixed'} per layer: {' + '.join(parts)}"
         if self.name in ("awq", "gptq", "w4a16"):
             g = "per-channel" if self.group_size == -1 else f"group {self.group_size}"
             extra = ", act-order" if self.act_order else ""
             return f"{self.name} ({self.bits}-bit, {g}{extra})"
         if self.name == "fp8" and self.block:
             return f"fp8 (block {self.block[0]}x{self.block[1]} scales)"
-        return self.name
+        if self.name == "fp8" and self.per_channel:
+            return "fp8 (per-channel scales)"
+        return self.name + (" (MoE experts)" if self.experts_only and self.source == "online" else "")
 
 
 @dataclass(frozen=True)
@@ -114,35 +125,94 @@ def _int_field(q: Mapping[str, Any], key: str, default: int) -> int:
     return v
 
 
-def _compressed_tensors(q: Mapping[str, Any]) -> FormatSpec:
-    fmt = str(q.get("format") or "")
-    groups = q.get("config_groups") or {}
-    weights: Mapping[str, Any] = {}
-    acts: Any = None
-    if isinstance(groups, Mapping) and groups:
-        first = next(iter(groups.values()))
-        if isinstance(first, Mapping):
-            weights = first.get("weights") or {}
-            acts = first.get("input_activations")
-    ignore = tuple(str(x) for x in q.get("ignore") or ())
+def _ct_group(group: Mapping[str, Any], fmt: str, ignore: tuple[str, ...]) -> FormatSpec:
+    """One compressed-tensors config group's format (its `weights`, and whether activations are quantized)."""
+    weights: Mapping[str, Any] = group.get("weights") or {}
+    acts = group.get("input_activations")
     bits = _int_field(weights, "num_bits", 8)
     wtype = str(weights.get("type") or "int")
+    common: dict[str, Any] = {"not_converted": ignore, "source": "config.json", "method": "compressed-tensors"}
     if "nvfp4" in fmt or (wtype == "float" and bits == 4):
-        return FormatSpec("nvfp4", bits=4, group_size=16, not_converted=ignore, source="config.json")
+        return FormatSpec("nvfp4", bits=4, group_size=16, **common)
     if wtype == "float" and bits == 8:
-        return FormatSpec("fp8", bits=8, not_converted=ignore, source="config.json")
+        return FormatSpec("fp8", bits=8, **common)
     if bits == 8 and acts:
-        return FormatSpec("int8", bits=8, not_converted=ignore, source="config.json")
-    gs = _int_field(weights, "group_size", 128)
+        return FormatSpec("int8", bits=8, **common)
     return FormatSpec(
         "w4a16" if acts is None else "gptq",
         bits=bits,
-        group_size=gs,
+        group_size=_int_field(weights, "group_size", 128),
         zero_point=not bool(weights.get("symmetric", True)),
         act_order=weights.get("actorder") in ("group", "weight", True),
-        not_converted=ignore,
-        source="config.json",
+        **common,
     )
+
+
+def _compressed_tensors(q: Mapping[str, Any]) -> FormatSpec:
+    """compressed-tensors: each config group quantizes the modules its `targets` name (a class name such as
+    "Linear", an exact module name, or a "re:" regex); `ignore` keeps modules unquantized. One group over
+    "Linear" is one format; several groups (or narrower targets) are priced layer by layer."""
+    fmt = str(q.get("format") or "")
+    groups = q.get("config_groups") or {}
+    ignore = tuple(str(x) for x in q.get("ignore") or ())
+    found: list[tuple[tuple[str, ...], FormatSpec]] = []
+    if isinstance(groups, Mapping):
+        for g in groups.values():
+            if isinstance(g, Mapping):
+                g_fmt = str(g.get("format") or fmt)  # a group may carry its own format
+                targets = tuple(str(x) for x in g.get("targets") or ("Linear",))
+                found.append((targets, _ct_group(g, g_fmt, ignore)))
+    if not found:
+        return _ct_group({}, fmt, ignore)
+    if len(found) == 1 and found[0][0] == ("Linear",):
+        return found[0][1]
+    layers = tuple((target, spec) for targets, spec in found for target in targets)
+    first = min((spec for _, spec in found), key=lambda x: x.bits)  # named after its narrowest format
+    return replace(first, layers=layers)
+
+
+# ModelOpt's quant_algo per layer, as vLLM's modelopt.py LINEAR_ALGOS reads it (vLLM 0.32), and the checkpoint
+# layout each writes.
+_MODELOPT_METHOD = {"FP8": "modelopt", "FP8_PER_CHANNEL_PER_TOKEN": "modelopt", "FP8_PB_WO": "modelopt",
+                    "NVFP4": "modelopt_fp4", "W4A16_NVFP4": "modelopt_fp4", "MXFP8": "modelopt_mxfp8",
+                    "MIXED_PRECISION": "modelopt_mixed"}  # fmt: skip
+
+
+def _modelopt_algo(algo: str, info: Mapping[str, Any], excluded: tuple[str, ...], source: str) -> FormatSpec:
+    """The layout one ModelOpt quant_algo writes (fp32 scales unless said otherwise)."""
+    common: dict[str, Any] = {"not_converted": excluded, "source": source, "method": _MODELOPT_METHOD.get(algo)}
+    if algo == "FP8":  # e4m3 weights, per-tensor weight_scale and static input_scale
+        return FormatSpec("fp8", bits=8, **common)
+    if algo == "FP8_PER_CHANNEL_PER_TOKEN":  # a weight_scale per output row; activations scaled per token
+        return FormatSpec("fp8", bits=8, per_channel=True, input_scale=False, **common)
+    if algo in ("FP8_PB_WO", "FP8_BLOCK_SCALES"):  # 2-D blocks of group_size (128) with one fp32 scale each
+        gs = _int_field(info, "group_size", 128)
+        return FormatSpec("fp8", bits=8, block=(gs, gs), input_scale=False, **common)
+    if algo in ("NVFP4", "W4A16_NVFP4"):  # e2m1 pairs, an fp8 scale per group, fp32 weight_scale_2; W4A4's input_scale
+        gs = _int_field(info, "group_size", 16)
+        return FormatSpec("nvfp4", bits=4, group_size=gs, input_scale=algo == "NVFP4", **common)
+    if algo == "MXFP8":  # e4m3 weights with one E8M0 byte per 32
+        return FormatSpec("mxfp8", bits=8, group_size=32, **common)
+    raise FormatError(f"unsupported ModelOpt quant_algo {algo!r}", field="quant_algo")
+
+
+def _modelopt(q: Mapping[str, Any], layers: Any, excluded: tuple[str, ...], source: str) -> FormatSpec:
+    """A ModelOpt export: one quant_algo for every quantized layer, or MIXED_PRECISION with `quantized_layers`
+    naming each layer's own algo (the experts of a layer listed one by one, priced together)."""
+    algo = str(q.get("quant_algo") or "").upper()
+    if algo != "MIXED_PRECISION":
+        return _modelopt_algo(algo, q, excluded, source)
+    if not isinstance(layers, Mapping) or not layers:
+        raise FormatError("MIXED_PRECISION needs a non-empty quantized_layers mapping", field="quantized_layers")
+    per: dict[str, FormatSpec] = {}
+    for name, info in layers.items():
+        if not isinstance(info, Mapping):
+            raise FormatError(f"must be an object, got {info!r}", field=f"quantized_layers.{name}")
+        key = _EXPERT_INDEX.sub(".experts.", f".{name}.")[1:-1]
+        per.setdefault(key, _modelopt_algo(str(info.get("quant_algo") or "").upper(), info, (), source))
+    subs = tuple(per.items())
+    first = min((spec for _, spec in subs), key=lambda x: x.bits)
+    return replace(first, not_converted=excluded, method="modelopt_mixed", layers=subs)
 
 
 def detect(shape: Model, hf_quant_config: Mapping[str, Any] | None = None) -> FormatSpec:
@@ -161,14 +231,11 @@ def detect(shape: Model, hf_quant_config: Mapping[str, Any] | None = None) -> Fo
 
 def _detect(shape: Model, hf_quant_config: Mapping[str, Any] | None = None) -> FormatSpec:
     q = shape.quantization_config
+    hfq = (hf_quant_config or {}).get("quantization") if hf_quant_config is not None else None
+    hfq = hfq if isinstance(hfq, Mapping) else {}
     if q is None and hf_quant_config is not None:
-        algo = str((hf_quant_config.get("quantization") or {}).get("quant_algo") or "").upper()
-        excl = tuple((hf_quant_config.get("quantization") or {}).get("exclude_modules") or ())
-        if algo == "FP8":
-            return FormatSpec("fp8", bits=8, not_converted=excl, source="hf_quant_config.json")
-        if algo == "NVFP4":
-            return FormatSpec("nvfp4", bits=4, group_size=16, not_converted=excl, source="hf_quant_config.json")
-        raise FormatError(f"unsupported ModelOpt quant_algo {algo!r}", field="quantization.quant_algo")
+        excl = tuple(str(x) for x in hfq.get("exclude_modules") or ())
+        return _modelopt(hfq, hfq.get("quantized_layers"), excl, "hf_quant_config.json")
     if q is None:
         dt = (shape.torch_dtype or "bfloat16").lower()
         name = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(dt, "bf16")
@@ -178,15 +245,17 @@ def _detect(shape: Model, hf_quant_config: Mapping[str, Any] | None = None) -> F
     if method == "fp8":
         wb = q.get("weight_block_size")
         block = (int(wb[0]), int(wb[1])) if isinstance(wb, list) and len(wb) == 2 else None
-        return FormatSpec("fp8", bits=8, block=block, not_converted=not_conv, source="config.json")
+        return FormatSpec("fp8", bits=8, block=block, not_converted=not_conv, source="config.json", method="fp8")
     if method == "awq":
         return FormatSpec(
             "awq",
             bits=_int_field(q, "bits", _int_field(q, "w_bit", 4)),
             group_size=_int_field(q, "group_size", _int_field(q, "q_group_size", 128)),
             zero_point=bool(q.get("zero_point", True)),
-            not_converted=not_conv,
+            # vLLM skips a module whose name contains an entry (auto_awq.py is_layer_skipped, match_mode substring)
+            not_converted=tuple(f"*{p}*" for p in not_conv),
             source="config.json",
+            method="awq",
         )
     if method == "gptq":
         return FormatSpec(
@@ -196,29 +265,61 @@ def _detect(shape: Model, hf_quant_config: Mapping[str, Any] | None = None) -> F
             act_order=bool(q.get("desc_act", False)),
             not_converted=not_conv,
             source="config.json",
+            method="gptq",
         )
     if method == "mxfp4":
         return FormatSpec("mxfp4", bits=4, group_size=32, experts_only=shape.is_moe, not_converted=not_conv,
-                          source="config.json")  # fmt: skip
+                          source="config.json", method="mxfp4")  # fmt: skip
     if method == "compressed-tensors":
         return _compressed_tensors(q)
-    if method in ("modelopt", "modelopt_fp4"):
-        algo = str(q.get("quant_algo") or "").upper()
+    if method.startswith("modelopt"):
         # ModelOpt's export names what it left unquantized in `ignore` (older exports: `exclude_modules`).
         excluded = tuple(str(x) for x in (q.get("ignore") or q.get("exclude_modules") or ())) + not_conv
-        return FormatSpec("nvfp4" if "FP4" in algo else "fp8", bits=4 if "FP4" in algo else 8,
-                          group_size=16, not_converted=excluded, source="config.json")  # fmt: skip
+        # MIXED_PRECISION: the per-layer map in config.json, else in hf_quant_config.json (older exports).
+        layers = q.get("quantized_layers") or hfq.get("quantized_layers")
+        return _modelopt(q, layers, excluded, "config.json")
     raise FormatError(
         f"unsupported quant_method {method!r}; pass the format explicitly ({', '.join(FORMATS)})",
         field="quantization_config.quant_method",
     )
 
 
+# What vLLM makes from a 16-bit checkpoint while loading it, by --quantization value, as its online methods lay the
+# weights out (vLLM 0.32 model_executor/layers/quantization/online/, and fp8.py / experts_int8.py before): which
+# layers (LinearBase and routed experts, or the experts alone) and their scales. The embedding, lm_head, routers
+# (built without a quant_config) and norms stay 16-bit. Scales are priced per checkpoint matrix: vLLM's fused
+# qkv / gate_up modules keep one per-tensor scale for the fused matrix, 4 bytes fewer per extra shard.
+ONLINE_LAYOUTS: dict[str, FormatSpec] = {
+    # fp8 e4m3 weights with one fp32 weight_scale per matrix; activations are scaled dynamically (no input_scale)
+    "fp8": FormatSpec("fp8", bits=8, input_scale=False, source="online"),
+    "fp8_per_tensor": FormatSpec("fp8", bits=8, input_scale=False, source="online"),
+    # fp8 weights with one fp32 weight_scale_inv per 128x128 block (kFp8Static128BlockSym)
+    "fp8_per_block": FormatSpec("fp8", bits=8, block=(128, 128), input_scale=False, source="online"),
+    # fp8 weights with one fp32 weight_scale per output row (kFp8StaticChannelSym)
+    "fp8_per_channel": FormatSpec("fp8", bits=8, per_channel=True, input_scale=False, source="online"),
+    # e4m3 weights with one E8M0 (uint8) scale per 32 along the input (kMxfp8Dynamic)
+    "mxfp8": FormatSpec("mxfp8", bits=8, group_size=32, source="online"),
+    # e2m1 pairs with one E8M0 scale per 32 along the input, linear layers and experts alike (kMxfp4Static)
+    "mxfp4": FormatSpec("mxfp4", bits=4, group_size=32, source="online"),
+    # int8 routed experts with one fp32 scale per output row; linear layers stay 16-bit (kInt8StaticChannelSym)
+    "int8_per_channel_weight_only": FormatSpec("int8", bits=8, experts_only=True, source="online"),
+    "experts_int8": FormatSpec("int8", bits=8, experts_only=True, source="online"),
+    # NVFP4 routed experts: e2m1 pairs, an fp8 scale per 16, fp32 weight_scale_2 and input_scale per expert matrix
+    "nvfp4_per_token": FormatSpec("nvfp4", bits=4, group_size=16, experts_only=True, source="online"),
+}
+
+
 def spec_for(name: str, shape: Model, detected: FormatSpec | None = None) -> FormatSpec:
-    """A format named on the command line or in a profile; reuses the detected layout when it is the same."""
+    """A format named on the command line or in a profile; reuses the detected layout when it is the same. A
+    name of vLLM's online quantization alone (fp8_per_block, …) is priced as vLLM lays it out."""
+    key = name.strip().lower()
+    if key in ONLINE_LAYOUTS and key not in FORMATS:
+        return ONLINE_LAYOUTS[key]
     fmt = normalize_name(name)
     if detected is not None and detected.name == fmt:
         return detected
+    if fmt == "mxfp8":
+        return FormatSpec("mxfp8", bits=8, group_size=32, source="flag")
     if fmt == "mxfp4":
         return FormatSpec("mxfp4", bits=4, group_size=32, experts_only=shape.is_moe, source="flag")
     if fmt == "nvfp4":
@@ -237,9 +338,20 @@ def _module(t: Tensor) -> str:
 _EXPERT_INDEX = re.compile(r"\.experts\.\d+\.")
 
 
+def _regex_match(pattern: str, t: Tensor, m: str) -> bool:
+    """compressed-tensors' "re:" match (re.match on the module name); an expert stack also as its expert 0."""
+    try:
+        rx = re.compile(pattern)
+    except re.error:
+        return False
+    return bool(rx.match(m) or (t.role == "expert" and rx.match(m.replace(".experts.", ".experts.0.", 1))))
+
+
 def _excluded(t: Tensor, patterns: tuple[str, ...]) -> bool:
     m = _module(t)
     for p in patterns:
+        if p.startswith("re:") and _regex_match(p[3:], t, m):
+            return True
         # One expert named (experts.7.down_proj) stands for the layer's expert tensors: they are priced together.
         p = _EXPERT_INDEX.sub(".experts.", p.removeprefix("re:"))
         if m == p or m.startswith(p + ".") or fnmatchcase(m, p) or fnmatchcase(m, p + ".*"):
@@ -250,10 +362,77 @@ def _excluded(t: Tensor, patterns: tuple[str, ...]) -> bool:
     return False
 
 
+def _is_matrix(t: Tensor) -> bool:
+    """A linear or expert weight matrix (experts may be one 3-D stack)."""
+    matrix = len(t.shape) == 2 or (t.role == "expert" and len(t.shape) == 3)
+    return t.role in ("linear", "expert") and matrix
+
+
+# vLLM's fused modules and the checkpoint shards they are loaded from (packed_modules_mapping).
+_FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+
+
+class _Layers:
+    """A mixed-precision spec's per-layer formats, looked up by a tensor's module name as vLLM's ModelOpt and
+    compressed-tensors configs do: the exact name (with or without the multimodal wrapper's prefix), the
+    shards of a fused module, the layer's experts by their container, then "re:" patterns and the "Linear"
+    class."""
+
+    def __init__(self, spec: FormatSpec) -> None:
+        self.exact = {k: v for k, v in spec.layers if not k.startswith("re:") and k != "Linear"}
+        self.patterns = [(k[3:], v) for k, v in spec.layers if k.startswith("re:")]
+        self.linear = next((v for k, v in spec.layers if k == "Linear"), None)
+        self.containers: dict[str, FormatSpec] = {}
+        for k, v in spec.layers:
+            if ".experts." in k:
+                self.containers.setdefault(k[: k.index(".experts.") + len(".experts")], v)
+
+    def _named(self, m: str) -> FormatSpec | None:
+        for c in (
+            m,
+            m.removeprefix("model."),
+            "model." + m,
+            m.replace("model.language_model.", "language_model.model."),
+        ):
+            if c in self.exact:
+                return self.exact[c]
+        return None
+
+    def find(self, t: Tensor) -> tuple[FormatSpec | None, bool]:
+        """(the tensor's format, named explicitly) or (None, False)."""
+        m = _module(t)
+        hit = self._named(m)
+        parent, _, leaf = m.rpartition(".")
+        if hit is None and leaf in _FUSED:
+            hit = next((s for s in (self._named(f"{parent}.{x}") for x in _FUSED[leaf]) if s), None)
+        if hit is None and t.role == "expert" and ".experts" in m:
+            box = m[: m.index(".experts") + len(".experts")]
+            hit = next(
+                (self.containers[c] for c in (box, "model." + box, box.removeprefix("model.")) if c in self.containers),
+                None,
+            )
+        if hit is None:
+            hit = next((v for p, v in self.patterns if _regex_match(p, t, m)), None)
+        if hit is not None:
+            return hit, True
+        return self.linear, False
+
+
+def _tensor_spec(t: Tensor, spec: FormatSpec, index: _Layers | None) -> FormatSpec | None:
+    """The format that quantizes this tensor, or None when it stays in its own dtype."""
+    if index is None:
+        return spec if _quantizable(t, spec) else None
+    if not _is_matrix(t) or _excluded(t, spec.not_converted):
+        return None
+    sub, named = index.find(t)
+    if sub is None or (sub.experts_only and t.role != "expert"):
+        return None
+    return sub if named or t.part != "vision" else None  # a layer named explicitly is quantized wherever it is
+
+
 def _quantizable(t: Tensor, spec: FormatSpec) -> bool:
     """Does this format quantize this tensor? Only 2-D linear weights, and not what the checkpoint excludes."""
-    matrix = len(t.shape) == 2 or (t.role == "expert" and len(t.shape) == 3)  # experts may be one 3-D stack
-    if t.role not in ("linear", "expert") or not matrix:
+    if not _is_matrix(t):
         return False
     if spec.experts_only and t.role != "expert":
         return False
@@ -266,8 +445,9 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _quantized_bytes(t: Tensor, spec: FormatSpec) -> int:
-    """Bytes of one quantized linear weight (all `copies`), packed values plus its scales."""
+def _quantized_bytes(t: Tensor, spec: FormatSpec, shard: bool = False) -> int:
+    """Bytes of one quantized linear weight (all `copies`), packed values plus its scales. `shard`: a later shard of
+    a module vLLM fuses while quantizing it online, whose per-matrix scalars the first shard's matrix holds."""
     *stack, out_f, in_f = t.shape
     if stack:  # experts stacked in one tensor: each quantized as its own matrix
         t = replace(t, shape=(out_f, in_f), copies=t.copies * stack[0])
@@ -280,7 +460,10 @@ def _quantized_bytes(t: Tensor, spec: FormatSpec) -> int:
             bo, bi = spec.block
             scales = _cdiv(out_f, bo) * _cdiv(in_f, bi) * 4  # one fp32 weight_scale_inv per block
             return (n + scales) * t.copies
-        return (n + 4 + 4) * t.copies  # 1 B per weight + fp32 per-tensor weight_scale and input_scale
+        if spec.per_channel:
+            return (n + out_f * 4) * t.copies  # 1 B per weight + one fp32 weight_scale per output row
+        # 1 B per weight + an fp32 per-tensor weight_scale (+ a static fp32 input_scale where the checkpoint has one)
+        return (n + (0 if shard else 4 + (4 if spec.input_scale else 0))) * t.copies
     if name == "int8":
         return (n + out_f * 4) * t.copies  # 1 B per weight + one fp32 scale per output channel
     if name in ("awq", "gptq"):
@@ -296,8 +479,12 @@ def _quantized_bytes(t: Tensor, spec: FormatSpec) -> int:
         g_idx = in_f * 4 if spec.act_order else 0
         return (packed + scales + zeros + g_idx + 16) * t.copies  # + int64[2] weight_shape
     if name == "nvfp4":
-        # 4-bit e2m1 values, one fp8 scale per 16 weights, fp32 global weight_scale_2 and input_scale.
-        return (n // 2 + _cdiv(in_f, 16) * out_f + 4 + 4) * t.copies
+        # 4-bit e2m1 values, one fp8 scale per group (16) of weights, an fp32 global weight_scale_2, and (W4A4)
+        # an fp32 input_scale.
+        scalars = 0 if shard else 4 + (4 if spec.input_scale else 0)
+        return (n // 2 + _cdiv(in_f, g) * out_f + scalars) * t.copies
+    if name == "mxfp8":
+        return (n + _cdiv(in_f, 32) * out_f) * t.copies  # 1 B per e4m3 weight + one E8M0 byte per 32 weights
     if name == "mxfp4":
         # 4-bit values in 32-weight blocks, each with one 8-bit power-of-two (E8M0) scale.
         return (n // 2 + _cdiv(in_f, 32) * out_f) * t.copies
@@ -363,16 +550,29 @@ def tensor_bytes(shape: Model, spec: FormatSpec, ts: list[Tensor]) -> list[int]:
     if spec.name in ("q8_0", "q4_k_m"):
         return _gguf_bytes(ts, spec.name, shape)[0]
     full = {"fp32": 4, "bf16": 2, "fp16": 2}.get(spec.name)
-    if full is not None:
+    if full is not None and not spec.layers:
         return [t.numel * (t.stored_bytes or full) if t.in_checkpoint else 0 for t in ts]
-    return [
-        0
-        if not t.in_checkpoint
-        else _quantized_bytes(t, spec)
-        if _quantizable(t, spec)
-        else t.numel * (t.stored_bytes or 2)
-        for t in ts
-    ]
+    index = _Layers(spec) if spec.layers else None
+    shards = _fused_shards(ts) if spec.source == "online" else frozenset()
+    out: list[int] = []
+    for t in ts:
+        sub = _tensor_spec(t, spec, index) if t.in_checkpoint else None
+        size = _quantized_bytes(t, sub, t.name in shards) if sub else t.numel * (t.stored_bytes or 2)
+        out.append(size if t.in_checkpoint else 0)
+    return out
+
+
+def _fused_shards(ts: list[Tensor]) -> frozenset[str]:
+    """Tensors vLLM loads into the module of an earlier shard (k/v into qkv_proj, up into gate_up_proj, an expert's
+    up into its w13): online quantization scales the fused matrix as one."""
+    names = {t.name for t in ts}
+    out = set()
+    for t in ts:
+        parent, _, leaf = t.name.removesuffix(".weight").rpartition(".")
+        for fused, first in (("k_proj", "q_proj"), ("v_proj", "q_proj"), ("up_proj", "gate_proj")):
+            if leaf == fused and f"{parent}.{first}.weight" in names:
+                out.add(t.name)
+    return frozenset(out)
 
 
 def weight_bytes(shape: Model, spec: FormatSpec, ts: list[Tensor] | None = None) -> WeightBytes:
@@ -388,7 +588,8 @@ def weight_bytes(shape: Model, spec: FormatSpec, ts: list[Tensor] | None = None)
         sizes, gguf_types = _gguf_bytes(ts, spec.name, shape)
     else:
         sizes = tensor_bytes(shape, spec, ts)
-    plain = spec.name in ("fp32", "bf16", "fp16")
+    plain = spec.name in ("fp32", "bf16", "fp16") and not spec.layers
+    index = _Layers(spec) if spec.layers else None
     for t, b in zip(ts, sizes, strict=True):
         by_part[t.part] += b
         if gguf:
@@ -399,7 +600,7 @@ def weight_bytes(shape: Model, spec: FormatSpec, ts: list[Tensor] | None = None)
             else:
                 kept_f32.add(_kept_label(t))
         elif not plain:
-            if _quantizable(t, spec):
+            if _tensor_spec(t, spec, index):
                 quantized += t.numel
             else:
                 kept.add(_kept_label(t))

@@ -20,7 +20,7 @@ from launcher.argv import vllm_argv
 from launcher.calibration import lookup_cpu_worker, lookup_terms, machine_key
 from launcher.errors import ConfigError, ProfileError
 from launcher.files import expand_user
-from launcher.kv import KVPerToken, kv_per_token
+from launcher.kv import KVPerToken, kv_dtype_notes, kv_per_token, kv_refusal
 from launcher.machines import Machine, MemoryReading, machine_for_plan
 from launcher.modelsource import ModelSource, read_model
 from launcher.modelsource import load as _load_source
@@ -84,15 +84,27 @@ class Plan:
     ranks: tuple[dict[str, Any], ...] = ()  # every rank: its stage, node, buckets and blocks
     version_found: Detected | None = None  # how the vLLM version was found (stated, python, image, assumed)
     use_calibration: bool = True  # False: planned without terms calibrated from earlier runs (--no-calibration)
+    served_model: str = ""  # what vLLM is told to serve (the profile's model, unless that is a config.json)
 
     @property
     def fits(self) -> bool:
         return self.invalid is None and self.prediction.fits
 
     @property
+    def request(self) -> dict[str, Any]:
+        """What the launch asks of vLLM: every vLLM field the plan sets (vLLM's names) and its value; any other
+        field is left to vLLM's default."""
+        from launcher.argv import engine_values
+
+        v = self.profile.vllm
+        out: dict[str, Any] = {"model": self.served_model or self.profile.model, "host": v.host, "port": v.port}
+        out.update(engine_values(self.profile, self.prediction, self.spec, self.stored))
+        return out
+
+    @property
     def stored(self) -> formats.FormatSpec:
         """The format the checkpoint's weights are stored in (what its quantization_config says)."""
-        return formats.detect(self.shape, self.source.hf_quant_config)
+        return stored_format(self.shape, self.source)
 
     def to_json(self) -> dict[str, Any]:
         p = self.prediction
@@ -108,6 +120,7 @@ class Plan:
             "vllm_version": V.fmt_version(p.args.version),
             "vllm_version_source": self.version_found.source if self.version_found else "stated",
             "vllm_version_detail": self.version_found.detail if self.version_found else "",
+            "vllm_version_warnings": list(self.version_found.warnings) if self.version_found else [],
             "format": self.spec.describe(),
             "weights_bytes": p.weights_bytes,
             "kv_bytes_per_token": p.kv_bytes_per_token,
@@ -151,6 +164,7 @@ class Plan:
             "ranks": list(self.ranks),
             "bottleneck_rank": next((r["rank"] for r in self.ranks if r["bottleneck"]), 0),
             "vllm_argv": list(self.argv),
+            "vllm_request": {k: list(v) if isinstance(v, tuple) else v for k, v in self.request.items()},
             "vllm_env": dict(self.env),
             "predicted_log_line": vp.format_tokens_line(p.pool, p.args.max_model_len, p.args.version, p.args.platform),
         }
@@ -191,16 +205,16 @@ def _config_source(profile: Profile) -> ModelSource:
     return load(profile.model)
 
 
-def _format(profile: Profile, shape: Model, src: ModelSource) -> formats.FormatSpec:
-    detected = formats.detect(shape, src.hf_quant_config)
-    if profile.quantization:
-        return formats.spec_for(profile.quantization, shape, detected)
-    if detected.name in ("bf16", "fp16", "fp32") and profile.dtype != "auto":
-        name = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}[profile.dtype]
-        return formats.spec_for(name, shape)
-    if detected.name == "fp32" and profile.dtype == "auto":
-        return formats.spec_for("bf16", shape)  # vLLM serves fp32 checkpoints in 16 bits by default
-    return detected
+def stored_format(shape: Model, src: ModelSource) -> formats.FormatSpec:
+    """formats.detect, once per model inside `reusing()` (a mixed-precision map lists every layer's experts)."""
+    hfq = src.hf_quant_config
+    return _memo(("stored", id(shape), id(hfq)), lambda: formats.detect(shape, hfq), shape, hfq)
+
+
+def _format(profile: Profile, shape: Model, stored: formats.FormatSpec, version: V.Version) -> quant.Resolved:
+    """The weights as the plan prices them, the --quantization the command carries, and vLLM's reason not to
+    start that way (a format the checkpoint does not hold and vLLM does not make while loading it)."""
+    return quant.resolve(profile.quantization, stored, shape, version, dtype=profile.dtype)
 
 
 # vLLM leaves out an encoder whose modalities are all limited to 0 (--language-model-only, or
@@ -319,14 +333,6 @@ def reused(key: Hashable, compute: Callable[[], _T], *objects: object) -> _T:
     return _memo(key, compute, *objects)
 
 
-def checkpoint_note(fmt: str, checkpoint: str) -> str:
-    """The plan prices weights in a format this checkpoint is not stored in, and vLLM does not make at load."""
-    return (
-        f"weights priced as {fmt}, but this checkpoint is {checkpoint} and vLLM makes only fp8 from a 16-bit "
-        f"checkpoint while loading: serving it takes a {fmt} checkpoint of this model (point model: at one)"
-    )
-
-
 def _max_len_error(shape: Model, profile: Profile, env: dict[str, str]) -> str | None:
     limit = shape.max_position_embeddings
     mml = profile.max_model_len
@@ -383,12 +389,27 @@ def make_plan(
     free_bytes: int | None = None,
     cpu_rss_bytes: int | None = None,
     use_calibration: bool = True,
+    notes: tuple[str, ...] = (),
 ) -> Plan:
     """Resolve everything a prediction needs and run it. `max_model_len: auto` is planned at the model's length,
-    then, where one request of that does not fit the pool, at the length vLLM's auto-fit settles on."""
+    then, where one request of that does not fit the pool, at the length vLLM's auto-fit settles on. `notes`: what
+    reading the request noticed (a wrapper not repeated), said first."""
     kw: dict[str, Any] = {"live": live, "free_bytes": free_bytes, "cpu_rss_bytes": cpu_rss_bytes,
                           "use_calibration": use_calibration}  # fmt: skip
-    plan = _make_plan(profile, **kw)
+    plan = _noted(_auto_fit(profile, _make_plan(profile, **kw), kw), notes)
+    return plan
+
+
+def _noted(plan: Plan, notes: tuple[str, ...]) -> Plan:
+    if not notes:
+        return plan
+    p = plan.prediction
+    return dataclasses.replace(plan, prediction=dataclasses.replace(p, notes=(*notes, *p.notes)))
+
+
+def _auto_fit(profile: Profile, plan: Plan, kw: dict[str, Any]) -> Plan:
+    """`max_model_len: auto`: the plan again at the length vLLM's auto-fit settles on, where the model's does not
+    fit."""
     if profile.max_model_len != "auto":
         return plan
     p = plan.prediction
@@ -424,12 +445,13 @@ def _make_plan(
     towers_key = ("towers", id(whole), profile.language_model_only, profile.limit_mm_per_prompt, version)
     shape = _memo(towers_key, lambda: loaded_towers(whole, profile, version), whole)
     _memo(("pool_modelled", id(shape)), lambda: _pool_modelled(shape, src.config_path), shape)
-    spec = _format(profile, shape, src)
+    stored = stored_format(shape, src)
+    resolved = _format(profile, shape, stored, version)
+    spec = resolved.spec
     speculative = profile.speculative
     method = speculative.get("method")
     if method is None and speculative.get("model"):
         method = "draft_model"
-    stored = formats.detect(shape, src.hf_quant_config)
     # MTP layers are counted apart: vLLM loads them only when it speculates with them.
     ts, per_tensor = _tensor_bytes(shape, spec)
 
@@ -471,6 +493,7 @@ def _make_plan(
             "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE", "1" if V.CHUNKED_WITH_HYBRID.on(version) else "0"
         )
         != "0",
+        hf_quant_config=src.hf_quant_config,
     )
     if args.speculative_method == "mtp" and not shape.mtp_layers:
         raise ConfigError(
@@ -576,38 +599,41 @@ def _make_plan(
         )
     ranks = _rank_table(slots, preds, worst, shape, args)
     notes: list[str] = []
-    if profile.vllm.extra_args:  # flags passed to vLLM as written: name the memory ones vlaunch does not model
-        from launcher.vllm.flags import unmodelled_notes
-
-        notes += unmodelled_notes(profile.vllm.extra_args)
+    launch_notes, unlaunchable = _launch_check(profile, pred, spec, stored, version)  # read back by that vLLM
+    notes += launch_notes
     if calibrated is not None:
         notes.append(
             f"CPU worker memory calibrated from {calibrated.runs} run(s) of vLLM {V.fmt_version(version)} here"
         )
-    if detected.source == "assumed":
-        notes.append(f"vLLM version {V.fmt_version(version)} assumed: {detected.detail}")
+    notes += detected.warnings  # the version assumed, or unlike the image's or python's, or newer than modelled
     if profile.machine == "auto" and machine.backend == "cpu":
         notes.append(
             "machine auto: no NVIDIA GPU on this box, so this plans vLLM's CPU backend here; --machine dgx-spark, "
             "h100, rtx4090, … plans for another machine"
         )
+    notes += kv_dtype_notes(profile.kv_cache_dtype, args.kv_cache_dtype, shape, src.hf_quant_config, version)
     if notes:
         pred = dataclasses.replace(pred, notes=(*pred.notes, *notes))
     invalid = (
-        _gpu_count_error(profile, machine, reading)
+        unlaunchable
+        or _gpu_count_error(profile, machine, reading)
         or _tp_error(shape, args.tensor_parallel_size)
         or _max_len_error(shape, profile, env)
+        or resolved.refusal
         or quant.refusal(
             spec.name,
             version=version,
             platform=platform,
             compute_capability=machine.compute_capability,
             model_type=shape.model_type,
+            method=resolved.flag,
         )
+        or kv_refusal(args.kv_cache_dtype, shape, platform=platform, compute_capability=machine.compute_capability)
     )
-    if quant.needs_checkpoint(spec.name, stored.name):
-        pred = dataclasses.replace(pred, notes=(*pred.notes, checkpoint_note(spec.name, stored.name)))
-    argv, launch_env = vllm_argv(profile, pred, spec, stored)
+    served, served_note = _memo(("served", profile.model), lambda: served_model(profile.model))
+    if served_note:
+        pred = dataclasses.replace(pred, notes=(*pred.notes, served_note))
+    argv, launch_env = vllm_argv(profile, pred, spec, stored, model=served)
     return Plan(
         profile,
         src,
@@ -622,6 +648,42 @@ def _make_plan(
         ranks,
         detected,
         use_calibration,
+        served,
+    )
+
+
+def _launch_check(
+    profile: Profile, pred: budget.Prediction, spec: formats.FormatSpec, stored: formats.FormatSpec, version: V.Version
+) -> tuple[list[str], str | None]:
+    """The serve arguments the plan writes, read back with the option table of the vLLM that runs: refused (one
+    line) when that vLLM lacks an option the plan sets or reads one otherwise; notes for pass-through flags that
+    change memory."""
+    from launcher.argv import engine_values, serve_args
+    from launcher.vllm import interface
+    from launcher.vllm.flags import check_launch
+
+    planned = [("host", profile.vllm.host), ("port", profile.vllm.port), *engine_values(profile, pred, spec, stored)]
+    words = serve_args(profile, pred, spec, stored)
+    return check_launch(words, planned, interface.for_version(version))
+
+
+def served_model(model: str) -> tuple[str, str | None]:
+    """(what vLLM is told to serve, a note): a model's config.json is no model vLLM can serve, so the command names
+    the repo its `_name_or_path` gives where it gives one."""
+    if not model.endswith(".json") or not Path(model).is_file():
+        return model, None
+    import json
+
+    try:
+        with open(model, encoding="utf-8") as fh:
+            name = json.load(fh).get("_name_or_path")
+    except (OSError, ValueError, AttributeError):
+        name = None
+    if isinstance(name, str) and re.fullmatch(r"[\w.-]+/[\w.-]+", name):
+        return name, f"model {name}: the config's _name_or_path (a config.json is counted, not served)"
+    return model, (
+        "a config.json is counted, not served: the command names it as vLLM's model, which vLLM cannot serve; give "
+        "the model vLLM serves (a repo id or a directory) with --model and count from --hf-config-path"
     )
 
 

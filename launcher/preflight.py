@@ -563,14 +563,14 @@ def check_model(plan: Plan, probes: Probes, out: list[Refusal]) -> None:
     from launcher.vllm import quant
 
     p = plan.profile
-    stored = plan.stored.name
-    if quant.needs_checkpoint(plan.spec.name, stored):
+    stored = plan.stored
+    why = quant.resolve(p.quantization, stored, plan.shape, plan.prediction.args.version, dtype=p.dtype).refusal
+    if why is not None:
         out.append(
             Refusal(
                 EXIT_MODEL,
-                f"the plan prices {plan.spec.name} weights, but {p.model} is a {stored} checkpoint and vLLM "
-                f"quantizes only to fp8 while loading",
-                f"point model: at a {plan.spec.name} checkpoint of this model, or drop quantization: to serve {stored}",
+                f"{p.model}: {why}",
+                f"point model: at a checkpoint stored in that format, or drop quantization: to serve {stored.name}",
             )
         )
     model = p.model

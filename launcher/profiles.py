@@ -17,8 +17,8 @@ from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, get_args
 
-from launcher.errors import FormatError, ProfileError, VlaunchError
-from launcher.formats import ALIASES, FORMATS, FormatName, normalize_name
+from launcher.errors import ProfileError, VlaunchError
+from launcher.formats import ALIASES, FORMATS, FormatName
 from launcher.kv import KV_CACHE_DTYPES
 from launcher.machines import MACHINE_ALIASES, MACHINE_NAMES, MachineName
 from launcher.records import dataclass
@@ -34,9 +34,10 @@ DTYPE_ALIASES: dict[str, Dtype] = {
 }  # fmt: skip
 
 LaunchMode = Literal["cli", "module", "container"]
+ContainerRuntime = Literal["docker", "podman"]
 MambaDtype = Literal["auto", "float32", "bfloat16", "float16"]
 MambaCacheMode = Literal["auto", "none", "align"]
-Runner = Literal["auto", "generate", "pooling"]
+Runner = Literal["auto", "generate", "pooling", "draft"]
 # vLLM 0.32's SpeculativeConfig fields a profile may set (vllm/config/speculative.py), and its methods.
 SPECULATIVE_KEYS = (
     "method", "num_speculative_tokens", "model", "draft_tensor_parallel_size", "tensor_parallel_size",
@@ -52,11 +53,9 @@ SPECULATIVE_METHODS = (
 )  # fmt: skip
 LAUNCH_MODES: tuple[LaunchMode, ...] = get_args(LaunchMode)
 
-BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 
 Auto = Literal["auto"]
 
-_VERSION = re.compile(r"^(\d+(?:\.\d+)*)(?:[.-]?(?:a|b|rc|post|dev)\d*)*(?:\+[A-Za-z0-9.]+)?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -74,25 +73,36 @@ class VllmSection:
     port: int = 8000
     extra_args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()  # (name, value) pairs in file order; dict(env) for a mapping
-    served_model_name: str | None = None
+    served_model_name: str | tuple[str, ...] | None = None  # several names: vLLM's nargs "+"
+    container_args: tuple[str, ...] = ()  # the container runtime's own options (mounts, -e, --gpus, --shm-size …)
+    entrypoint_serves: bool | None = None  # the image's entrypoint runs `vllm serve` (None: known by the image)
+    exec_container: str | None = None  # run vLLM inside this running container (`docker exec`)
+    container_runtime: ContainerRuntime = "docker"
+    pass_env: tuple[str, ...] = ()  # variables passed to the container by name from the caller's environment
 
     @property
-    def version_info(self) -> tuple[int, ...] | None:
-        """The dotted integers of `version` ("0.6.3.post1" -> (0, 6, 3)), or None."""
-        if self.version is None:
+    def version_info(self) -> tuple[int, int, int] | None:
+        """`version` as (major, minor, patch), read with packaging ("v0.6.3.post1" -> (0, 6, 3)), or None."""
+        from launcher.vllm.versions import parse_version
+
+        try:
+            return parse_version(self.version) if self.version else None
+        except VlaunchError:
             return None
-        m = _VERSION.match(self.version)
-        return tuple(int(x) for x in m.group(1).split(".")) if m else None
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["extra_args"] = list(self.extra_args)
         out["env"] = dict(self.env)
+        out["container_args"] = list(self.container_args)
+        out["pass_env"] = list(self.pass_env)
+        if isinstance(self.served_model_name, tuple):
+            out["served_model_name"] = list(self.served_model_name)
         return out
 
 
 NodeRole = Literal["head", "worker"]
-ExecutorBackend = Literal["mp", "ray"]
+ExecutorBackend = Literal["mp", "ray", "uni", "external_launcher"]  # vLLM's ParallelConfig backends
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -629,16 +639,23 @@ def _kv_bytes(v: object, path: str, ctx: _Ctx) -> Any:
 
 
 def _quantization(v: object, path: str, ctx: _Ctx) -> Any:
+    """vLLM's --quantization value as written (lowercased, as vLLM reads it): a method of any vLLM release or one
+    of its online shorthands, or a vlaunch format name or alias (older profiles). The plan says whether the
+    checkpoint and the vLLM release take it."""
+    from launcher.vllm.quant import format_names
+
     if v is None:
         return None
-    if isinstance(v, str):
-        try:
-            return normalize_name(v)
-        except FormatError:
-            pass
-    close = _close(v, [*FORMATS, *ALIASES], n=1, cutoff=0.6) if isinstance(v, str) else []
+    names = [*format_names(), *ALIASES]
+    if isinstance(v, str) and v.strip().lower() in names:
+        return v.strip().lower()
+    close = _close(v, names, n=1, cutoff=0.6) if isinstance(v, str) else []
     hint = f"; did you mean {close[0]!r}?" if close else ""
-    ctx.fail(path, f"must be a storage format: {', '.join(FORMATS)} (or an alias); got {_show(v)}{hint}")
+    ctx.fail(
+        path,
+        f"must be a vLLM --quantization method (fp8, fp8_per_block, awq, gptq_marlin, modelopt, compressed-tensors, "
+        f"…) or a vlaunch format ({', '.join(FORMATS)}); got {_show(v)}{hint}",
+    )
 
 
 def _exists(p: Path, kind: Literal["any", "file"] = "any") -> bool:
@@ -703,8 +720,14 @@ def _version(v: object, path: str, ctx: _Ctx) -> Any:
         return None
     if _is_number(v):
         ctx.fail(path, f'must be a quoted string like "0.19.0" (YAML read a number), got {_show(v)}')
-    if not isinstance(v, str) or not _VERSION.match(v.strip()):
-        ctx.fail(path, f"must be a version like 0.19.0 or 0.6.3.post1, got {_show(v)}")
+    if not isinstance(v, str) or not v.strip():
+        ctx.fail(path, f"must be a version like 0.19.0, v0.11.0 or 0.6.3.post1, got {_show(v)}")
+    from launcher.vllm.versions import parse_version  # packaging's reading: v0.11.0, 0.16.0rc2, a wheel's name
+
+    try:
+        parse_version(v)
+    except VlaunchError as e:
+        ctx.fail(path, e.message)
     return v.strip()
 
 
@@ -744,11 +767,36 @@ def _env(v: object, path: str, ctx: _Ctx) -> Any:
 
 
 def _block_size(v: object, path: str, ctx: _Ctx) -> Any:
+    """vLLM's CacheConfig.block_size: a positive integer (its attention backends may ask for a multiple)."""
     if v is None:
         return None
-    if isinstance(v, bool) or v not in BLOCK_SIZES:
-        ctx.fail(path, f"must be one of {', '.join(map(str, BLOCK_SIZES))}, got {_show(v)}")
-    return v
+    return _int(v, path, ctx, cap=MAX_TOKENS)
+
+
+def _names(v: object, path: str, ctx: _Ctx) -> Any:
+    """--served-model-name: one name, or several (vLLM's nargs "+"; the first is the one it reports)."""
+    if isinstance(v, list | tuple):
+        if not v:
+            ctx.fail(path, "must name at least one model")
+        names = tuple(_str(x, f"{path}[{i}]", ctx) for i, x in enumerate(v))
+        return names[0] if len(names) == 1 else names
+    return _str(v, path, ctx, optional=True)
+
+
+def _words(v: object, path: str, ctx: _Ctx) -> Any:
+    """A list of command-line words (extra_args, container_args)."""
+    return _extra_args(v, path, ctx)
+
+
+def _env_names(v: object, path: str, ctx: _Ctx) -> Any:
+    if v is None:
+        return ()
+    if not isinstance(v, list | tuple):
+        ctx.fail(path, f"must be a list of variable names, got {_show(v)}")
+    for i, name in enumerate(v):
+        if not isinstance(name, str) or not _ENV_NAME.match(name):
+            ctx.fail(f"{path}[{i}]", "not a valid environment variable name")
+    return tuple(v)
 
 
 def _mm_limits(v: object, path: str, ctx: _Ctx) -> Any:
@@ -881,8 +929,10 @@ FIELDS: tuple[FieldSpec, ...] = (
        "--hf-config-path).", ("--hf-config-path",), metavar="FILE"),
     _F("revision", lambda v, p, c: _str(v, p, c, optional=True), "The model's branch, tag or commit on the Hub.",
        ("--revision",), metavar="REV"),
-    _F("quantization", _quantization, "Storage format of the weights (bf16, fp8, awq, gptq, nvfp4, mxfp4, q4_k_m, "
-       "...); default: detected from config.json.", ("--quantization", "-q", "--format"), metavar="FORMAT"),
+    _F("quantization", _quantization, "vLLM's --quantization: a method (fp8, awq_marlin, modelopt, …) or an online "
+       "shorthand (fp8_per_block, mxfp4, …), or a vlaunch format name (bf16, nvfp4, q4_k_m, …); default: the "
+       "checkpoint's own, from config.json. A format the checkpoint does not hold and vLLM does not make while "
+       "loading it is refused.", ("--quantization", "-q", "--format"), metavar="METHOD"),
     _F("dtype", lambda v, p, c: _choice(v, p, c, DTYPES, DTYPE_ALIASES),
        "Activation/weight dtype: auto, bfloat16, float16 or float32.", ("--dtype",)),
     _F("kv_cache_dtype", lambda v, p, c: _choice(v, p, c, KV_CACHE_DTYPES),
@@ -931,8 +981,10 @@ FIELDS: tuple[FieldSpec, ...] = (
     _F("overhead_gib", lambda v, p, c: _float(v, p, c, optional=True),
        "GiB of non-torch overhead to assume instead of the estimate.", ("--overhead-gib",), cli_type="float",
        metavar="GIB"),
-    _F("distributed_executor_backend", lambda v, p, c: None if v is None else _choice(v, p, c, ("mp", "ray")),
-       "mp (one node, vLLM's multiprocessing) or ray (several nodes).", ("--distributed-executor-backend",)),
+    _F("distributed_executor_backend",
+       lambda v, p, c: None if v is None else _choice(v, p, c, get_args(ExecutorBackend)),
+       "mp (one node, vLLM's multiprocessing), ray (several nodes), uni (one process) or external_launcher.",
+       ("--distributed-executor-backend",)),
     _F("enable_expert_parallel", _bool, "Split MoE experts across ranks (expert parallel) instead of sharding each "
        "expert.", ("--enable-expert-parallel", "-ep"), switch="flag"),
     _F("language_model_only", _bool, "Serve a multimodal model as text only: vLLM skips its vision/audio encoders.",
@@ -956,7 +1008,7 @@ FIELDS: tuple[FieldSpec, ...] = (
     _F("disable_hybrid_kv_cache_manager", _bool, "Allocate sliding-window and chunked layers like full attention "
        "(vLLM's --disable-hybrid-kv-cache-manager).", ("--disable-hybrid-kv-cache-manager",), switch="flag"),
     _F("runner", lambda v, p, c: _choice(v, p, c, get_args(Runner)),
-       "auto, generate or pooling (embedding/reranking models: encoders keep no KV cache).", ("--runner",)),
+       "auto, generate, pooling (embedding/reranking models: encoders keep no KV cache) or draft.", ("--runner",)),
     _F("nodes", _nodes, "Multi-node launch: a list of {host, role: head|worker, machine, gpus, ssh, "
        "os_reserve_gib}."),
     _F("nodes.host", _str, "Address the other nodes reach this one at (the head's is Ray's address)."),
@@ -992,8 +1044,19 @@ FIELDS: tuple[FieldSpec, ...] = (
        cli_type="int"),
     _F("vllm.extra_args", _extra_args, "Further vllm serve arguments, passed through as written."),
     _F("vllm.env", _env, "Environment variables for the vLLM process."),
-    _F("vllm.served_model_name", lambda v, p, c: _str(v, p, c, optional=True),
-       "Model name the API serves (default: the model path).", ("--served-model-name",)),
+    _F("vllm.served_model_name", _names,
+       "Model name the API serves (default: the model path); a list serves several names.", ("--served-model-name",)),
+    _F("vllm.container_args", _words, "The container runtime's own options for a container launch, as written "
+       "(-v HOST:INSIDE, -e NAME=value, --gpus '\"device=1\"', --shm-size 16g …); vlaunch's defaults yield to them."),
+    _F("vllm.entrypoint_serves", lambda v, p, c: None if v is None else _bool(v, p, c),
+       "The image's entrypoint runs `vllm serve` (vllm/vllm-openai: true; NVIDIA's nvcr.io/nvidia/vllm: false, its "
+       "entrypoint is left alone and `vllm serve` follows the image); default: known from the image."),
+    _F("vllm.exec_container", lambda v, p, c: _str(v, p, c, optional=True),
+       "Run vLLM inside this running container (`docker exec NAME vllm serve …`) instead of starting one."),
+    _F("vllm.container_runtime", lambda v, p, c: _choice(v, p, c, get_args(ContainerRuntime)),
+       "docker or podman."),
+    _F("vllm.pass_env", _env_names, "Variables a container gets by name from the caller's environment (`-e NAME`; "
+       "HF_TOKEN always)."),
 )  # fmt: skip
 del _F
 FIELD_HELP: dict[str, str] = {f.key: f.help for f in FIELDS}
@@ -1011,10 +1074,35 @@ def profile_from_mapping(data: object, *, source: str | None = None, base_dir: P
     _check_keys(data, tuple(_FIELDS), "", ctx)
     if "model" not in data:
         ctx.fail("model", "missing; name a Hugging Face repo id or a local model directory")
+    data = _fold_extra_args(data)
     values = {k: _FIELDS[k](data[k], k, ctx) for k in data}
     if "name" not in values:
         values["name"] = Path(source).stem if source else "profile"
     return Profile(**values, source=source)
+
+
+def _fold_extra_args(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`vllm.extra_args` that set a field vlaunch plans with (`--max-model-len 4096`, `--device-memory-utilization
+    0.5`) become that field, as vLLM would read the command (the extra arguments come last, so they win); the rest
+    stay, in vLLM's canonical spellings."""
+    vllm = data.get("vllm")
+    args = vllm.get("extra_args") if isinstance(vllm, Mapping) else None
+    if not isinstance(args, list | tuple) or not args or not all(isinstance(a, str) for a in args):
+        return data
+    from launcher.vllm.flags import fold
+
+    folded = fold(args)
+    if folded is None or not folded[0]:
+        return data
+    values, rest = folded
+    out, section = dict(data), {**vllm, "extra_args": rest}  # type: ignore[dict-item]
+    for key, value in values.items():
+        if key.startswith("vllm."):
+            section[key[5:]] = value
+        else:
+            out[key] = value
+    out["vllm"] = section
+    return out
 
 
 def _raw_vllm(v: VllmSection) -> dict[str, Any]:

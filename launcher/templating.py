@@ -103,15 +103,21 @@ def vllm_args(plan: Plan) -> list[str]:
 
 
 def docker_argv(plan: Plan, *, hf_env: Mapping[str, str] | None = None) -> list[str]:
-    """`docker run …` for NVIDIA's vLLM container, whatever launch mode the profile itself uses."""
+    """`docker run …` for the profile's vLLM image (NVIDIA's by default), whatever launch mode the profile itself
+    uses; a container profile's own runtime options, entrypoint and image are kept."""
     v = plan.profile.vllm
     return container_argv(
         image=v.image or DEFAULT_IMAGE,
         mounts=hf_cache_mounts(hf_env),
         env=list(v.env),
-        model=plan.profile.model,
+        model=plan.served_model,
         vllm_args=vllm_args(plan),
         name=v.container_name or container_name(plan.profile.name),
+        pass_env=("HF_TOKEN", *v.pass_env),
+        container_args=v.container_args,
+        entrypoint_serves=v.entrypoint_serves,
+        runtime=v.container_runtime,
+        exec_container=v.exec_container,
     )
 
 
@@ -128,7 +134,7 @@ def config_mapping(plan: Plan) -> dict[str, Any]:
 
     `--key value` → `key: value`; a bare `--key` → `key: true`; `--key v1 v2` → a list; `--key=value` is split.
     """
-    out: dict[str, Any] = {"model": plan.profile.model}
+    out: dict[str, Any] = {"model": plan.served_model}
     args = vllm_args(plan)
     i = 0
     while i < len(args):

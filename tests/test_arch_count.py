@@ -62,8 +62,12 @@ def test_text_only_flags_drop_the_vision_tower() -> None:
     assert "--language-model-only" in text["vllm_argv"]
     assert no_images["vllm_argv"][-2:] == ["--limit-mm-per-prompt", '{"image":0}']
     # an old vLLM loads the tower whatever the limits say
-    old = _gemma_plan("--language-model-only", "--vllm-version", "0.10.1")
+    old = _gemma_plan("--limit-mm-per-prompt", '{"image": 0}', "--vllm-version", "0.10.1")
     assert old["weights_bytes"] == _gemma_plan("--vllm-version", "0.10.1")["weights_bytes"]
+    # and has no --language-model-only (vLLM 0.17.1 added it): the command as written would not start
+    r = CliRunner().invoke(main, ["plan", "--config", str(CONFIGS / "gemma-3-27b-it.json"), "--machine", "h100-80gb",
+                                  "--vllm-version", "0.10.1", "--language-model-only"])  # fmt: skip
+    assert r.exit_code == 2 and "vLLM 0.10.1 has no --language-model-only" in r.stderr, r.output
 
 
 def test_plan_refuses_cache_kinds_it_does_not_predict() -> None:

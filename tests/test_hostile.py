@@ -121,7 +121,7 @@ def test_sizes_past_anything_physical(flags: tuple[str, ...], needle: str) -> No
 
 def test_an_explicit_pool_larger_than_the_box_does_not_fit() -> None:
     r = run("plan", "--hf-config-path", str(LLAMA8B), "--model", "m/x", "--machine", "dgx-spark",
-            "--kv-cache-memory-bytes", "1TiB", "--json")  # fmt: skip
+            "--kv-cache-memory-bytes", "1T", "--json")  # fmt: skip
     assert r.exit_code == 3
     d = json.loads(r.stdout)
     assert d["fits"] is False and any("--kv-cache-memory-bytes" in x for x in d["reasons"])

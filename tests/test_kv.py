@@ -10,9 +10,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from launcher.arch import read_config as shape_from_config
+from launcher.arch.layers import Attention, MLAttention
 from launcher.errors import ConfigError
 from launcher.formats import spec_for, weight_bytes
-from launcher.kv import kv_heads_per_rank, kv_per_token
+from launcher.kv import (
+    KV_CACHE_DTYPES,
+    attention_head_bytes,
+    boundary_layers,
+    kv_element_bytes,
+    kv_heads_per_rank,
+    kv_per_token,
+    mixer_bytes_per_token,
+    mla_token_bytes,
+)
 from launcher.params import count
 from tests.conftest import CONFIGS
 
@@ -159,3 +169,115 @@ def test_synthetic_llama_matches_hand_formula(
     assert count(shape_from_config(cfg)).total == expected
     s = shape_from_config(cfg)
     assert weight_bytes(s, spec_for("bf16", s)).total_bytes == 2 * expected
+
+
+# --- every --kv-cache-dtype, priced as vLLM 0.32 lays out its page --------------------------------------------------
+#
+# Bytes per token of one layer, derived by hand from vLLM 0.32's source: vllm/v1/kv_cache_interface.py
+# (AttentionSpec.page_size_bytes = head slots × state_content_size_bytes), vllm/utils/torch_utils.py
+# (STR_DTYPE_TO_TORCH_DTYPE: every quantized dtype is a 1-byte element; nvfp4_kv_cache_full_dim) and each backend's
+# customize_spec: triton_attn.py (per-token-head: data + an fp32 scale for K and one for V), flashinfer.py (nvfp4:
+# K and V in separate slots of head/2 fp4 bytes + head/16 fp8 scales), turboquant_attn.py with
+# quantization/turboquant/config.py (slot_size_aligned) and ultraquant_attn.py with ops/ultraquant/format.py
+# (slot_size, a scale byte per 32 values). Geometry: 8 KV heads × head_dim 128 (Llama-3.1-8B) and 2 × 256 (Qwen3.5).
+
+ATTENTION_PAGES = [
+    # dtype, 8 × 128, 2 × 256
+    ("bfloat16", 8 * 256 * 2, 2 * 512 * 2),  # K + V elements, 2 bytes each
+    ("float16", 8 * 256 * 2, 2 * 512 * 2),
+    ("fp8", 8 * 256, 2 * 512),  # uint8 elements; the per-tensor scale lives outside the page
+    ("fp8_e4m3", 8 * 256, 2 * 512),
+    ("fp8_e5m2", 8 * 256, 2 * 512),
+    ("fp8_inc", 8 * 256, 2 * 512),  # float8_e4m3fn: 1 byte
+    ("int8_per_token_head", 8 * (256 + 2 * 4), 2 * (512 + 2 * 4)),  # + an fp32 scale for K and for V per head
+    ("fp8_per_token_head", 8 * (256 + 2 * 4), 2 * (512 + 2 * 4)),
+    ("int4_per_token_head", 8 * (64 + 64 + 2 * 4), 2 * (128 + 128 + 2 * 4)),  # two int4 values per byte
+    ("nvfp4", 8 * 2 * (64 + 8), 2 * 2 * (128 + 16)),  # K and V slots: head/2 fp4 bytes + head/16 fp8 scales
+    ("nvfp4_4over6", 8 * 2 * (64 + 8), 2 * 2 * (128 + 16)),
+    # TurboQuant, one K+V slot per head: fp8 keys (head bytes) or Lloyd-Max keys (head × bits / 8 + a 2-byte
+    # norm); values head × bits / 8 + 4 (fp16 scale and zero); the slot rounded up to even
+    ("turboquant_k8v4", 8 * (128 + 64 + 4), 2 * (256 + 128 + 4)),
+    ("turboquant_4bit_nc", 8 * (64 + 2 + 64 + 4), 2 * (128 + 2 + 128 + 4)),
+    ("turboquant_k3v4_nc", 8 * (48 + 2 + 64 + 4), 2 * (96 + 2 + 128 + 4)),
+    ("turboquant_3bit_nc", 8 * (48 + 2 + 48 + 4), 2 * (96 + 2 + 96 + 4)),
+    ("ultraquant_4bit", 8 * 2 * (64 + 4), 2 * 2 * (128 + 8)),  # K and V: 4-bit codes + an E8M0 byte per 32
+]
+
+
+@pytest.mark.parametrize(("dtype", "llama", "qwen35"), ATTENTION_PAGES, ids=[r[0] for r in ATTENTION_PAGES])
+def test_attention_page_per_dtype(dtype: str, llama: int, qwen35: int) -> None:
+    assert 8 * attention_head_bytes(dtype, "bfloat16", 128, 128) == llama
+    assert 2 * attention_head_bytes(dtype, "bfloat16", 256, 256) == qwen35
+
+
+def test_the_values_vllm_printed_for_the_pages() -> None:
+    """The same pages as the numbers the real vLLM 0.32 gave (tests/e2e/test_kv_pages.py, block size 1)."""
+    got = [8 * attention_head_bytes(d, "bfloat16", 128, 128) for d, _, _ in ATTENTION_PAGES]
+    assert got == [4096, 4096, 2048, 2048, 2048, 2048, 2112, 2112, 1088, 1152, 1152, 1568, 1072, 944, 816, 1088]
+
+
+MLA_PAGES = [
+    # dtype, DeepSeek-V3 (kv_lora_rank 512 + qk_rope_head_dim 64): one latent per token, no V, no head split
+    ("auto", 576 * 2),
+    ("bfloat16", 576 * 2),
+    ("fp8", 576),
+    ("fp8_e4m3", 576),
+    ("fp8_ds_mla", 512 + 4 * 4 + 64 * 2),  # FlashMLA sparse: fp8 latent, 4 fp32 scales, bf16 rope = 656
+    ("nvfp4_ds_mla", 352),  # mla_attention.py state_content_bytes: NVFP4 NoPE + FP8 RoPE
+    ("int8_per_token_head", 576 + 2 * 4),  # MLACommonBackend.customize_spec (no MLA backend takes it: refused)
+    ("int4_per_token_head", 288 + 2 * 4),
+]
+
+
+@pytest.mark.parametrize(("dtype", "expected"), MLA_PAGES, ids=[r[0] for r in MLA_PAGES])
+def test_mla_page_per_dtype(dtype: str, expected: int) -> None:
+    assert mla_token_bytes(dtype, "bfloat16", 576) == expected
+
+
+def test_deepseek_v3_per_token_by_dtype() -> None:
+    s = _shape("DeepSeek-V3")
+    assert kv_per_token(s, "fp8_ds_mla").per_token == 61 * 656
+    assert kv_per_token(s, "nvfp4_ds_mla").per_token == 61 * 352
+
+
+def test_the_dtypes_are_vllm_0_32s_choices() -> None:
+    """vLLM 0.32's --kv-cache-dtype choices, a superset of every earlier release's (vllm/config/cache.py
+    CacheDType of 0.10 … 0.31); float32 is not one of them."""
+    assert set(KV_CACHE_DTYPES) == {
+        "auto", "bfloat16", "float16", "fp8", "fp8_ds_mla", "fp8_e4m3", "fp8_e5m2", "fp8_inc",
+        "fp8_per_token_head", "int4_per_token_head", "int8_per_token_head", "nvfp4", "nvfp4_4over6",
+        "nvfp4_ds_mla", "turboquant_3bit_nc", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_k8v4",
+        "ultraquant_4bit",
+    }  # fmt: skip
+    with pytest.raises(ConfigError, match="kv_cache_dtype"):
+        kv_per_token(_shape("Llama-3.1-8B"), "int4")
+
+
+def test_auto_under_dtype_float32_is_four_bytes() -> None:
+    """--dtype float32 makes "auto" float32 (budget resolves it to that name); an fp32 checkpoint alone is served
+    in 16 bits."""
+    assert kv_element_bytes("float32", "bfloat16") == (4, 0)
+    assert kv_element_bytes("auto", "float32") == (2, 0)
+
+
+def test_turboquant_keeps_the_boundary_layers_in_16_bits() -> None:
+    """TurboQuantConfig.get_boundary_skip_layers: the first 2 and last 2 of Llama-3.1-8B's 32 layers stay bf16."""
+    s = _shape("Llama-3.1-8B")
+    assert boundary_layers("turboquant_k8v4", s) == {0, 1, 30, 31}
+    assert boundary_layers("fp8", s) == frozenset()
+    assert kv_per_token(s, "turboquant_k8v4").per_token == 4 * 4096 + 28 * 1568
+
+
+def test_hybrids_have_no_boundary_layers() -> None:
+    s = shape_from_config(
+        json.loads((CONFIGS.parent / "configs-v2" / "extra" / "qwen3_5_moe--35b-a3b.json").read_text())
+    )
+    assert boundary_layers("turboquant_4bit_nc", s) == frozenset()
+
+
+def test_mixers_without_a_cache_cost_nothing() -> None:
+    shared = Attention(hidden=1024, heads=8, kv_heads=2, head_dim=128, shares_kv_with=3)
+    assert mixer_bytes_per_token(shared, "nvfp4", "bfloat16") == 0
+    mla = MLAttention(hidden=1024, heads=8, q_lora_rank=None, kv_lora_rank=512, qk_nope_head_dim=128,
+                      qk_rope_head_dim=64, v_head_dim=128)  # fmt: skip
+    assert mixer_bytes_per_token(mla, "fp8", "bfloat16", tp=8) == 576

