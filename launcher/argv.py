@@ -75,6 +75,16 @@ def _mount_targets(args: Sequence[str]) -> set[str]:
     return {t.rstrip("/") for t in targets}
 
 
+def host_path(path: str, args: Sequence[str]) -> str | None:
+    """The host path a container path stands for through the user's `-v HOST:INSIDE` mounts (None: not mounted)."""
+    for spec in _given(args, ("-v", "--volume")):
+        host, _, rest = spec.partition(":")
+        inside = rest.split(":")[0].rstrip("/")
+        if host and inside and (path == inside or path.startswith(inside + "/")):
+            return host + path[len(inside) :]
+    return None
+
+
 def _defaults(args: Sequence[str], mounts: list[tuple[str, str]]) -> list[str]:
     """vlaunch's own `docker run` options, each left out where the user's options set the same thing: GPUs,
     shared IPC, NVIDIA's recommended ulimits, host networking (vLLM's --host/--port then bind on the host), the
@@ -172,6 +182,7 @@ def engine_values(profile: Profile, pred: Prediction, spec: FormatSpec, detected
         ("pipeline_parallel_size", a.pipeline_parallel_size, 1),
         ("data_parallel_size", profile.data_parallel_size, 1),
         ("revision", profile.revision, None),
+        ("hf_config_path", profile.config if profile.config != profile.model else None, None),
         ("dtype", profile.dtype, "auto"),
         ("kv_cache_dtype", profile.kv_cache_dtype, "auto"),
         ("quantization", _quantization(profile, pred, detected), None),

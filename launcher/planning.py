@@ -202,6 +202,14 @@ def _config_source(profile: Profile) -> ModelSource:
         path = Path(profile.config)
         src = load(str(path))
         return ModelSource(profile.model, src.config, src.config_path, src.model_dir, src.hf_quant_config, "file")
+    v = profile.vllm
+    if v.launch == "container" and profile.model.startswith("/") and not Path(profile.model).exists():
+        from launcher.argv import host_path
+
+        mounted = host_path(profile.model, v.container_args)  # a path inside the container: count it on the host
+        if mounted and Path(mounted).exists():
+            src = load(mounted)
+            return ModelSource(profile.model, src.config, src.config_path, src.model_dir, src.hf_quant_config, "file")
     return load(profile.model)
 
 

@@ -20,6 +20,7 @@ from launcher.planning import Plan
 
 EXIT_DOES_NOT_FIT = 3
 EXIT_BOX_HELD = 4
+EXIT_USAGE = 2
 EXIT_WATCHDOG = pf.EXIT_WATCHDOG
 
 Echo = Callable[[str], None]
@@ -53,6 +54,13 @@ def refusal(plan: Plan, verdict: str, *, force: bool, dry_run: bool) -> Refusal 
         return Refusal(EXIT_DOES_NOT_FIT, "refusing to launch: the plan does not fit (--force to launch anyway)")
     if verdict != "free" and not dry_run:
         return Refusal(EXIT_BOX_HELD, f"refusing to launch: {verdict}")
+    if plan.profile.vllm.exec_container and not dry_run:
+        return Refusal(
+            EXIT_USAGE,
+            f"refusing to launch: vLLM inside the running container {plan.profile.vllm.exec_container} (docker exec) "
+            "outlives any stop vlaunch can send it; start it there from `vlaunch render --as script`, or give "
+            "the container's own `docker run`",
+        )
     return None
 
 

@@ -157,8 +157,11 @@ def _source_version(source: Path) -> str:
 def _deps_used() -> list[str]:
     """The EXTRA_DEPS this run imported from CACHE/deps."""
     names = [d.split("==")[0] for d in EXTRA_DEPS]
-    return [d for d, n in zip(EXTRA_DEPS, names, strict=True) if str(DEPS) in str(getattr(sys.modules.get(n), "__file__", ""))]
-
+    return [
+        d
+        for d, n in zip(EXTRA_DEPS, names, strict=True)
+        if str(DEPS) in str(getattr(sys.modules.get(n), "__file__", ""))
+    ]
 
 
 def _parser() -> tuple[Any, Any]:
@@ -177,18 +180,18 @@ def _parser() -> tuple[Any, Any]:
 
 def _make_arg_parser_module() -> str:
     """The module `vllm serve` (vllm/entrypoints/cli/serve.py) imports make_arg_parser from, read from its source
-    (importing the whole server would need dependencies the parser does not)."""
+    (importing the CLI package would import the benchmarks and the server, which the parser does not need)."""
     import ast
-    import importlib.util
 
-    spec = importlib.util.find_spec("vllm.entrypoints.cli.serve")
-    if spec is None or spec.origin is None:
-        raise SystemExit("no vllm/entrypoints/cli/serve.py in this vLLM")
-    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
-    for node in ast.walk(tree):
+    import vllm
+
+    serve = Path(vllm.__file__).parent / "entrypoints" / "cli" / "serve.py"
+    if not serve.exists():
+        raise SystemExit(f"no {serve}")
+    for node in ast.walk(ast.parse(serve.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom) and any(a.name == "make_arg_parser" for a in node.names):
             return str(node.module)
-    raise SystemExit("vllm/entrypoints/cli/serve.py imports no make_arg_parser")
+    raise SystemExit(f"{serve} imports no make_arg_parser")
 
 
 # ---- type callables ---------------------------------------------------------------------------------------------
@@ -533,7 +536,9 @@ def module_name(version: str) -> str:
 def fetch(release: str) -> tuple[Path, str]:
     """(the unpacked Python sources of vLLM `release`, the wheel they came from), downloaded once into CACHE."""
     if not DEPS.exists():
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(DEPS), *EXTRA_DEPS], check=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(DEPS), *EXTRA_DEPS], check=True
+        )
     src = CACHE / "src" / release
     marker = src / "ARTIFACT"
     if marker.exists():

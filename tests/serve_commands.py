@@ -28,7 +28,10 @@ OPTIONS: dict[str, tuple[list[str], list[str]]] = {
     "data_parallel_size": (["--data-parallel-size", "-dp"], _INTS),
     "max_num_batched_tokens": (["--max-num-batched-tokens", "--max_num_batched_tokens"], _TOKENS),
     "max_num_seqs": (["--max-num-seqs", "--max_num_seqs"], _INTS),
-    "kv_cache_memory_bytes": (["--kv-cache-memory-bytes", "--kv-cache-memory"], ["4G", "4g", "4294967296", "1.5G", "2T"]),
+    "kv_cache_memory_bytes": (
+        ["--kv-cache-memory-bytes", "--kv-cache-memory"],
+        ["4G", "4g", "4294967296", "1.5G", "2T"],
+    ),
     "kv_cache_dtype": (
         ["--kv-cache-dtype", "--kv_cache_dtype"],
         ["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "nvfp4", "bfloat16", "float32", "int8_per_token_head", "fp16"],

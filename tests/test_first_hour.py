@@ -81,7 +81,7 @@ def test_max_model_len_auto_refused_before_vllm_knew_it() -> None:
     r = run("plan", "--model", str(LLAMA8B), "--machine", "h100", "--max-model-len", "auto", "--vllm-version", "0.11.0")
     assert r.exit_code == 2  # vLLM 0.11's own parser refuses the value: the launch as written cannot start
     assert "vLLM 0.11.0 refuses it: argument --max-model-len" in r.output
-    assert "0.14.1–0.34.0 take it" in r.output  # the releases that read it (0.14.0 has no table; 0.13 refused it)
+    assert "0.14.0–0.34.0 take it" in r.output  # the releases that read it (`auto` came in 0.14.0)
 
 
 @pytest.mark.parametrize("bad", ["32x", "-5", "1.5K", "lots"])

@@ -347,7 +347,11 @@ def test_vllm_config_flags_and_lists(tmp_path: Path) -> None:
     assert m["enforce-eager"] is True and m["enable-prefix-caching"] is True
     assert m["ignore-patterns"] == ["a", "b"] and m["seed"] == 7 and m["max-model-len"] == 8192
     assert config_to_args(yaml.safe_load(render_launch(plan, "vllm-config")))[-5:] == [
-        "--ignore-patterns", "a", "b", "--seed", "7"
+        "--ignore-patterns",
+        "a",
+        "b",
+        "--seed",
+        "7",
     ]
 
 

@@ -156,14 +156,46 @@ def test_device_memory_utilization_alias_from_0_31() -> None:
 
 
 def test_kv_cache_dtype_choices_0_10_and_0_32() -> None:
+    # vllm/engine/arg_utils.py literal_to_kwargs: `choices: sorted(options)` of the Literal
     # vllm/config.py 0.10.0: CacheDType = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc"]
-    assert flag((0, 10, 0), "--kv-cache-dtype").choices == ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc")
+    old = ["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc"]
+    assert flag((0, 10, 0), "--kv-cache-dtype").choices == tuple(sorted(old))
     # vllm/config/cache.py 0.32.0: CacheDType
-    assert flag((0, 32, 0), "--kv-cache-dtype").choices == (
+    new = [
         "auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla", "nvfp4_ds_mla",
         "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc", "ultraquant_4bit",
         "int4_per_token_head", "int8_per_token_head", "fp8_per_token_head", "nvfp4", "nvfp4_4over6",
-    )  # fmt: skip
+    ]  # fmt: skip
+    assert flag((0, 32, 0), "--kv-cache-dtype").choices == tuple(sorted(new))
+
+
+def test_kv_cache_dtype_is_free_text_from_0_33() -> None:
+    # vllm/config/cache.py 0.33.0: `cache_dtype: CacheDType | str = "auto"` (a str in the union: metavar, no choices;
+    # CacheConfig._validate_cache_dtype checks it later)
+    assert flag((0, 32, 0), "--kv-cache-dtype").choices is not None
+    assert flag((0, 33, 0), "--kv-cache-dtype").choices is None
+
+
+def test_gpu_memory_utilization_default() -> None:
+    # vllm/config/cache.py: Field(default=0.9) through 0.19.1, Field(default=0.92) from 0.20.0,
+    # 0.34.0: `gpu_memory_utilization: float | None = Field(default=None, ...)`
+    assert flag((0, 19, 1), "--gpu-memory-utilization").default == 0.9
+    assert flag((0, 20, 0), "--gpu-memory-utilization").default == 0.92
+    f = flag((0, 34, 0), "--gpu-memory-utilization")
+    assert (f.default, f.type) == (None, "optional:float")
+
+
+def test_block_size_choices_dropped_in_0_18() -> None:
+    # vllm/config/cache.py 0.17.1: `block_size: SkipValidation[BlockSize]` (a Literal of sizes); 0.18.0: `int`
+    assert flag((0, 17, 1), "--block-size").choices == (1, 8, 16, 32, 64, 128, 256)
+    assert flag((0, 18, 0), "--block-size").choices is None
+
+
+def test_mamba_cache_mode_added_in_0_15_and_all_dropped_in_0_32() -> None:
+    # vllm/config/cache.py 0.15.0: MambaCacheMode = Literal["all", "align", "none"]; 0.32.0: Literal["align", "none"]
+    assert iface.versions_with("--mamba-cache-mode")[0] == (0, 15, 0)
+    assert flag((0, 15, 0), "--mamba-cache-mode").choices == ("align", "all", "none")
+    assert flag((0, 32, 0), "--mamba-cache-mode").choices == ("align", "none")
 
 
 def test_max_model_len_takes_auto_from_0_14() -> None:
@@ -213,10 +245,14 @@ def test_guided_decoding_bool_type_in_0_11() -> None:
 
 
 def test_parallel_short_flags() -> None:
-    # vllm/engine/arg_utils.py: "-tp" / "-pp" / "-dp" in every release; "-dcp" from 0.11.0 (not in 0.10.2)
-    for short, dest in (("-tp", "tensor_parallel_size"), ("-pp", "pipeline_parallel_size"), ("-dp", "data_parallel_size")):
+    # vllm/engine/arg_utils.py: "-tp" / "-pp" / "-dp" in every release; "-dcp" from 0.10.2 (not in 0.10.1.1)
+    for short, dest in (
+        ("-tp", "tensor_parallel_size"),
+        ("-pp", "pipeline_parallel_size"),
+        ("-dp", "data_parallel_size"),
+    ):
         assert {flag(r, short).dest for r in iface.available()} == {dest}
-    assert iface.versions_with("-dcp")[0] == (0, 11, 0)
+    assert iface.versions_with("-dcp")[0] == (0, 10, 2)
 
 
 # ---- FEATURES, read from each release's FlexibleArgumentParser.parse_args ---------------------------------------

@@ -78,6 +78,24 @@ def dataclass_json(value: str) -> Any:
     return data
 
 
+def dataclass_json_as_written(value: str) -> Any:
+    """parse_dataclass before vLLM 0.20: the JSON object as written (no 1k / 80G expansion)."""
+    data = json.loads(value)
+    if not isinstance(data, dict):
+        raise ValueError(f"expected a JSON object, got {value!r}")
+    return data
+
+
+def truthy(value: str) -> bool:
+    """`type=bool` (0.11's deprecated guided-decoding switches): '' is False, any other text True."""
+    return bool(value)
+
+
+def none_as_empty(value: str) -> str:
+    """parse_reasoning_parser (0.33+): `none` in any case is '' (no parser); anything else as written."""
+    return "" if value.lower() == "none" else value
+
+
 def optional(inner: Callable[[str], Any]) -> Callable[[str], Any]:
     """vLLM's optional_type: '' and 'None' are None; anything else goes to the inner type."""
 
@@ -117,6 +135,8 @@ _BY_NAME: dict[str, Callable[[str], Any]] = {
     "lower_underscore": lambda s: s.lower().replace("-", "_"),
     "int_or_str_list": _int_or_str_list,
     "port": port,
+    "truthy": truthy,
+    "none_as_empty": none_as_empty,
 }
 
 
@@ -126,6 +146,8 @@ def converter(name: str) -> Callable[[str], Any]:
         return optional(converter(name[len("optional:") :]))
     if name.startswith("dataclass:"):
         return dataclass_json
+    if name.startswith("dataclass_json:"):
+        return dataclass_json_as_written
     return _BY_NAME.get(name, str)
 
 

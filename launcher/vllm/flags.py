@@ -311,21 +311,29 @@ def unmodelled_notes(extra_args: Sequence[str], iface: I.Interface, *, where: st
 # ---- vLLM's --config YAML --------------------------------------------------------------------------------------
 
 
-def config_words(data: Mapping[str, Any], iface: I.Interface) -> list[str]:
-    """vLLM's load_config_file: a YAML mapping of flag names to values -> command-line words."""
+def config_words(data: Mapping[str, Any], iface: I.Interface, *, module: bool = False) -> list[str]:
+    """vLLM's load_config_file: a YAML mapping of flag names to values -> command-line words, as the release that
+    runs writes them (`config_false`, `config_list`, `config_dict` in its table's features; `module`: the API server
+    module, whose own parser knows the `--no-x` spellings)."""
+    feats = iface.features
+    false_form = feats.get("module_config_false" if module else "config_false", "dropped")
     words: list[str] = []
     for key, value in data.items():
         flag = f"--{key}"
         if isinstance(value, bool):
             if value:
                 words.append(flag)
-            elif f"--no-{key}" in iface.by_spelling:
+            elif false_form == "no_flag" and f"--no-{key}" in iface.by_spelling:
                 words.append(f"--no-{key}")
+            elif false_form == "string":
+                words += [flag, str(value)]
         elif isinstance(value, list):
-            if value:
+            if value and feats.get("config_list", "words") == "words":
                 words += [flag, *(str(v) for v in value)]
+            elif value:
+                words += [flag, str(value)]
         elif isinstance(value, dict):
-            words += [flag, json.dumps(value)]
+            words += [flag, json.dumps(value) if feats.get("config_dict", "json") == "json" else str(value)]
         else:
             words += [flag, str(value)]
     return words

@@ -92,15 +92,23 @@ def _dashes(arg: str) -> str:
 
 
 def _o_levels(args: list[str], features: Mapping[str, Any]) -> list[str]:
-    """`-O3`, `-O=3`, `-O 3` -> `--optimization-level 3` (vLLM ≥ 0.2x); older releases keep `-O` (its own option)."""
-    if features.get("o_flag") != "optimization_level":
+    """`-O3`, `-O=3`, `-O 3`: `--optimization-level 3` (vLLM ≥ 0.12), or a key of the compilation config whose short
+    spelling `-O` was (`-O.level=3` in 0.10, `-O.mode=3` in 0.11); `-O.x` is `-cc.x` in 0.12."""
+    flag, key = features.get("o_flag"), features.get("o_level_key")
+    if flag is None:
         return args
     out: list[str] = []
     for i, arg in enumerate(args):
-        if arg.startswith("-O") and arg != "-O" and not arg.startswith("--"):
-            out += ["--optimization-level", arg[3:] if arg[2] == "=" else arg[2:]]
-        elif arg == "-O" and i + 1 < len(args) and args[i + 1] in ("0", "1", "2", "3"):
-            out.append("--optimization-level")
+        digit_next = arg == "-O" and i + 1 < len(args) and args[i + 1] in ("0", "1", "2", "3")
+        if arg.startswith("-O.") and features.get("o_dotted") == "compilation_config" and flag == "optimization_level":
+            out.append("-cc." + arg[3:])
+        elif arg.startswith("-O") and arg != "-O" and not arg.startswith("--") and not arg.startswith("-O."):
+            level = arg[3:] if arg[2] == "=" else arg[2:]
+            out += ["--optimization-level", level] if flag == "optimization_level" else [f"-O.{key}={level}"]
+        elif digit_next and features.get("o_separate", True):
+            out.append("--optimization-level" if flag == "optimization_level" else f"-O.{key}")
+        elif flag == "optimization_level" and arg.startswith("-O") and arg != "-O" and not arg.startswith("--"):
+            out += ["--optimization-level", arg[2:]]  # `-O.mode` in 0.13+: a level named ".mode"
         else:
             out.append(arg)
     return out
@@ -123,17 +131,20 @@ def _update(original: dict[str, Any], update: Mapping[str, Any]) -> None:
             original[k] = v
 
 
-def _dotted_value(text: str) -> Any:
+def _dotted_value(text: str, human: bool) -> Any:
+    """A dotted key's value: JSON, else (vLLM ≥ 0.20) a human-readable integer, else the text."""
     try:
         return json.loads(text)
     except ValueError:
+        if not human:
+            return text
         try:
             return convert.human_int(text)
         except ValueError:
             return text
 
 
-def _merge_dotted(args: list[str]) -> list[str]:
+def _merge_dotted(args: list[str], human: bool) -> list[str]:
     """`--x.a 1 --x.b.c=2` -> `--x '{"a": 1, "b": {"c": 2}}'` (appended at the end, as vLLM does); `--x.l+ a,b`
     appends list items."""
     drop: set[int] = set()
@@ -153,7 +164,7 @@ def _merge_dotted(args: list[str]) -> list[str]:
         if name.endswith("+"):
             name, text = name[:-1], json.dumps(text.split(","))
         key, *keys = name.split(".")
-        _update(merged.setdefault(key, {}), _nested(keys, _dotted_value(text)))
+        _update(merged.setdefault(key, {}), _nested(keys, _dotted_value(text, human)))
         drop.add(i)
     out = [a for i, a in enumerate(args) if i not in drop]
     for key, value in merged.items():
@@ -174,6 +185,11 @@ def rewrite(args: Sequence[str], features: Mapping[str, Any], *, serve: bool = T
     """The words after `vllm serve` as FlexibleArgumentParser hands them to argparse. `pasted`: a whole command,
     whose first word is the model (False for vLLM options given to vlaunch itself)."""
     out = list(args)
+    if serve and pasted and features.get("model_option") == "rejected" and "--model" in out:
+        raise ServeArgError(
+            "With `vllm serve`, you should provide the model as a positional argument instead of via the `--model` "
+            "option."
+        )
     if serve and features.get("model_option_moves"):
         out = _move_model(out)
     if serve and pasted and features.get("served_name_needs_positional") and _served_name_without_model(out):
@@ -185,7 +201,7 @@ def rewrite(args: Sequence[str], features: Mapping[str, Any], *, serve: bool = T
         out = [_dashes(a) if a.startswith("--") else a for a in out]
     out = _o_levels(out, features)
     if features.get("dotted_keys"):
-        out = _merge_dotted(out)
+        out = _merge_dotted(out, bool(features.get("dotted_human_int", True)))
     return out
 
 

@@ -20,10 +20,14 @@ from hypothesis import HealthCheck, given, settings
 
 from launcher.cli import main
 from launcher.errors import VlaunchError
+from launcher.planning import make_plan
+from launcher.profiles import profile_from_mapping
 from launcher.vllm import interface as I
 from launcher.vllm import shell
 from launcher.vllm.flags import MODELLED, parse_serve_args
+from tests.plan_launch import every_command, launch_words, planned, profiles, script_argv
 from tests.serve_commands import jsonable, serve_words, wrapped
+from tests.spark_recipes import RECIPES
 
 pytestmark = pytest.mark.e2e
 
@@ -61,6 +65,8 @@ def oracle() -> Iterator[Ask]:
         proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
         proc.kill()
+        proc.wait()
+    proc.stdout.close()
 
 
 def _default(dest: str) -> Any:
@@ -100,7 +106,7 @@ def test_vllm_serve_words_read_as_vllm_reads_them(oracle: Ask, words: list[str])
 @settings(max_examples=max(EXAMPLES // 4, 50), deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=serve_words().flatmap(lambda w: wrapped(w).map(lambda pair: (w, pair))))
 def test_wrapped_commands_reach_the_same_words(oracle: Ask, data: Any) -> None:
-    words, (command, form) = data
+    words, (command, _form) = data
     try:
         launch = shell.read(command, {"HF_TOKEN": "secret"})
         mine = vlaunch_reads(list(launch.args), serve=launch.serve)
@@ -119,17 +125,8 @@ def _plan(*args: str) -> dict[str, Any]:
     return data
 
 
-def launched_words(argv: list[str]) -> tuple[list[str], bool]:
-    """The words vLLM's parser reads from a planned launch (after `vllm serve`, or the API server's)."""
-    launch = shell.read(argv, {})
-    return list(launch.args), launch.serve
-
-
 def agree_with_plan(oracle: Ask, plan: dict[str, Any]) -> None:
-    words, serve = launched_words(plan["vllm_argv"])
-    if not serve:  # `python -m vllm.entrypoints.openai.api_server --model M …`: the same options after the model
-        at = words.index("--model")
-        words = [words[at + 1], *words[:at], *words[at + 2 :]]
+    words = launch_words(plan["vllm_argv"])
     request = dict(plan["vllm_request"])
     if request.get("max_model_len") == "auto":
         request["max_model_len"] = -1
@@ -153,15 +150,75 @@ def readme_commands() -> list[list[str]]:
     return out
 
 
+@pytest.fixture(scope="module")
+def readme_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The files the README's commands name as the user's own: serve.yaml (what `render --as vllm-config` writes)
+    and a config.json."""
+    tmp = tmp_path_factory.mktemp("readme")
+    r = CliRunner().invoke(main, ["render", "llama8b-32k", "--as", "vllm-config", "-o", str(tmp / "serve.yaml")])
+    assert r.exit_code == 0, r.output
+    (tmp / "config.json").write_text((ROOT / "tests/fixtures/configs/Llama-3.1-8B.json").read_text())
+    return {"serve.yaml": str(tmp / "serve.yaml"), "config.json": str(tmp / "config.json")}
+
+
 @pytest.mark.parametrize("args", readme_commands(), ids=lambda a: " ".join(a)[:60])
-def test_every_readme_command_launches_what_it_plans(oracle: Ask, args: list[str]) -> None:
+def test_every_readme_command_launches_what_it_plans(
+    oracle: Ask, readme_files: dict[str, str], args: list[str]
+) -> None:
     if "--" in args:  # the pasted command itself: read as vLLM reads it
-        words = args[args.index("--") + 3 :]
+        words = list(shell.read(args[args.index("--") + 1 :], {}).args)
         agree(vlaunch_reads(words), oracle(words))
-    args = [a for a in args if not a.startswith("--html") and not a.endswith(".html")]
-    r = CliRunner().invoke(main, ["plan", *args, "--json", "--vllm-version", "0.32.0"], env={"HF_HUB_OFFLINE": "1"})
+    args = [readme_files.get(a, a) for a in args if not a.startswith("--html") and not a.endswith(".html")]
+    r = CliRunner().invoke(main, ["plan", "--json", "--vllm-version", "0.32.0", *args], env={"HF_HUB_OFFLINE": "1"})
     if r.exit_code == 2 and ("not in the Hugging Face cache" in r.output or "offline" in r.output):
         pytest.skip(f"the README's model is not on this box: {r.output.strip()[:120]}")
     assert r.exit_code in (0, 3), r.output
     plan = json.loads(r.stdout)
     agree_with_plan(oracle, plan)
+
+
+# ---- the plan is the launch, and the Spark recipes as published, read by vLLM itself ----------------------------
+
+
+@settings(max_examples=max(EXAMPLES // 10, 30), deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=profiles())
+def test_every_form_of_a_planned_launch_is_read_by_vllm_as_planned(oracle: Ask, data: dict[str, Any]) -> None:
+    data["vllm"]["version"] = "0.32.0"
+    try:
+        plan = make_plan(profile_from_mapping(data), live=False)
+    except VlaunchError:
+        return
+    want = {k: v for k, v in planned(plan).items() if k in MODELLED}
+    for form, words in every_command(plan).items():
+        answer = oracle(words)
+        assert "values" in answer, (form, answer)
+        agree(want, answer)
+
+
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    from tests.spark_recipes import world
+
+    return world(tmp_path_factory.mktemp("spark"))
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda r: r["id"])
+def test_every_planned_spark_recipe_renders_to_what_vllm_reads_as_planned(
+    oracle: Ask, spark: dict[str, str], recipe: dict[str, Any]
+) -> None:
+    from tests.spark_recipes import plan as plan_recipe
+
+    out = plan_recipe(recipe, spark, "--vllm-version", "0.32.0")
+    if out.plan is None:
+        assert out.code == 2 and len(out.error.splitlines()) == 1, out.error  # refused in one line
+        return
+    want = dict(out.plan["vllm_request"])
+    if want.get("max_model_len") == "auto":
+        want["max_model_len"] = -1
+    if isinstance(want.get("served_model_name"), str):
+        want["served_model_name"] = [want["served_model_name"]]
+    want = {k: v for k, v in want.items() if k in MODELLED}
+    agree(want, oracle(launch_words(out.plan["vllm_argv"])))
+    r = CliRunner().invoke(main, ["render", "--as", "script", "--machine", "dgx-spark", "--vllm-version", "0.32.0",
+                                  "--", recipe["vllm_command"]], env=spark)  # fmt: skip
+    agree(want, oracle(launch_words(script_argv(r.stdout))))

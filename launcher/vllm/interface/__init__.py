@@ -48,12 +48,15 @@ class Flag:
     @property
     def switch(self) -> bool:
         """A `--x / --no-x` pair (BooleanOptionalAction), or vLLM's `--enable-x / --disable-x` (EnableDisableAction)."""
-        return self.action in ("bool", "custom:EnableDisableAction")
+        return self.action in ("bool", "enable_disable", "custom:EnableDisableAction")
 
     def is_negative(self, spelling: str) -> bool:
-        """The spelling sets the switch off: `--no-x`, or the `--disable-x` of an `--enable-x` (and back)."""
+        """The spelling sets the switch off: `--no-x`, or the `--disable-x` of an `--enable-x` (and back); an
+        `enable_disable` row lists its negative spellings as its const."""
         if not self.switch:
             return False
+        if self.action == "enable_disable" and isinstance(self.const, tuple | list):
+            return spelling in self.const
         if spelling.startswith("--no-"):
             return True
         first = self.spellings[0] if self.spellings else ""
@@ -122,7 +125,8 @@ def available() -> tuple[Version, ...]:
 def table_for(version: Version) -> Version:
     """The generated release whose table a launch of `version` reads: the newest at or below it."""
     known = available()
-    below = [v for v in known if v <= tuple(version)]
+    asked = tuple(version) + (0,) * (3 - len(version))  # (0, 14) is 0.14.0, not below it
+    below = [v for v in known if v <= asked]
     return below[-1] if below else known[0]
 
 

@@ -3,7 +3,7 @@
 # fmt: off
 VERSION = '0.31.0'
 SOURCE = 'wheel vllm-0.31.0-cp38-abi3-manylinux_2_28_x86_64.whl (its Python files; compiled extensions left out); stubs: dist-version'
-FEATURES = {'allow_abbrev': True, 'underscores': True, 'dotted_keys': True, 'dotted_list_plus': True, 'dotted_human_int': True, 'o_flag': 'optimization_level', 'o_level_key': None, 'o_separate': True, 'o_dotted': False, 'model_option': 'moved', 'model_option_moves': True, 'served_name_needs_positional': True, 'config_yaml': True, 'config_false': 'dropped', 'config_list': 'words', 'config_dict': 'json', 'module_config_order': 'first', 'module_config_false': 'no_flag', 'help_keyword': True, 'serve_positional': 'model_tag'}
+FEATURES = {'allow_abbrev': True, 'underscores': True, 'dotted_keys': True, 'dotted_list_plus': True, 'dotted_human_int': True, 'o_flag': 'optimization_level', 'o_level_key': None, 'o_separate': True, 'o_dotted': None, 'model_option': 'moved', 'model_option_moves': True, 'served_name_needs_positional': True, 'config_yaml': True, 'config_false': 'dropped', 'config_list': 'words', 'config_dict': 'json', 'module_config_order': 'first', 'module_config_false': 'no_flag', 'help_keyword': True, 'serve_positional': 'model_tag'}
 # (spellings, dest, action, nargs, type, choices, default, const, deprecated, group)
 FLAGS = (
     ((), 'model_tag', 'store', '?', 'str', None, None, None, False, 'positional arguments'),
