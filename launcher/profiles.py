@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, get_args
 
 from launcher.errors import ProfileError, VlaunchError
-from launcher.formats import ALIASES, FORMATS, FormatName
+from launcher.formats import ALIASES, FORMATS
 from launcher.kv import KV_CACHE_DTYPES
 from launcher.machines import MACHINE_ALIASES, MACHINE_NAMES, MachineName
 from launcher.records import dataclass
@@ -129,7 +129,7 @@ class Profile:
     name: str = "profile"
     description: str = ""
     config: str | None = None
-    quantization: FormatName | None = None
+    quantization: str | None = None  # vLLM's --quantization as given, or a vlaunch format name (launcher/vllm/quant.py)
     dtype: Dtype = "auto"
     kv_cache_dtype: str = "auto"
     revision: str | None = None

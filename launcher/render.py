@@ -321,9 +321,9 @@ def render_fit(fit: Fit, *, top: int | None = 12) -> str:
             lines.append("  nothing fits: the reasons above say which bucket and by how much")
     lines += [
         "",
-        "GiB per GPU. weights: † a checkpoint in that format is needed (vLLM makes only fp8 from a 16-bit one while "
-        "loading). binds: the bucket that stops the row (when it fits: the one each user grows). OS left: memory "
-        "vLLM's claim leaves to the OS on unified memory.",
+        "GiB per GPU. weights: † a checkpoint in that format is needed (vLLM makes only fp8 and its online "
+        "shorthands from a 16-bit one while loading). binds: the bucket that stops the row (when it fits: the one "
+        "each user grows). OS left: memory vLLM's claim leaves to the OS on unified memory.",
         "tok/s≤ is a ceiling per user, not a benchmark: bandwidth ÷ bytes one decode step reads (active weights, "
         "every user's KV at the full context)"
         + "".join(f"; {m.name}: {m.bandwidth_source}" for m in fit.machines if m.bandwidth_source)

@@ -123,7 +123,10 @@ def test_watchdog_invariants(reserve: int, stop: int | None, seq: list[MemSample
 
 class _Plan:
     def __init__(self, fits: bool) -> None:
+        from launcher.profiles import Profile
+
         self.fits = fits
+        self.profile = Profile(model="m")
 
 
 @pytest.mark.parametrize(

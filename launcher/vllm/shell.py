@@ -482,9 +482,10 @@ def _read_options(opts: list[_Opt], env: Mapping[str, str], notes: list[str]) ->
             if o.name != "--rm":
                 dropped.append(o.name)
         elif o.name in ("-p", "--publish", "-P", "--publish-all") and not network:
+            shown = f"{o.name} {o.text(env)}".strip()
             notes.append(
-                f"{o.name} {o.text(env)} is not repeated: vlaunch runs the container on the host's network, where "
-                "vLLM's --host and --port apply (--host 0.0.0.0 to reach it from other machines)".replace("  ", " ")
+                f"{shown} is not repeated: vlaunch runs the container on the host's network, where vLLM's --host and "
+                "--port apply (--host 0.0.0.0 to reach it from other machines)"
             )
         else:
             args += [o.name] if o.word is None else [o.name, o.text(env)]
