@@ -224,11 +224,11 @@ def serve(
     t_start = time.monotonic()
     log_fh: IO[bytes] = log_path.open("ab")
     run_id = log_path.stem
-    container = _launched_container(plan.argv)
+    runtime, container = _launched_container(plan.argv) or ("docker", None)
     supervisor: Supervisor | None = None
     try:
         # the supervisor first: from here on, whatever way this process ends, nothing of the launch outlives it
-        supervisor = Supervisor.start(run_id, container=container, record=record_path)
+        supervisor = Supervisor.start(run_id, container=container, runtime=runtime, record=record_path)
         env = {**os.environ, **dict(plan.env), **(extra_env or {})}
         env |= {sup.MARKER_RUN: run_id, sup.MARKER_PID: sup.wrapper_marker()}
         try:
@@ -354,7 +354,7 @@ def serve(
             stray = sup.run_pids(run_id)
             leftover = sorted(set(leftover) | set(sup.stop_pids(stray, grace=5.0) if stray else ()))
             if container:
-                stop_container(container)
+                stop_container(container, runtime)
             record["vllm_exit"] = vllm_rc  # None: vLLM was running and vlaunch stopped it
             if proc.stdout is not None:
                 with contextlib.suppress(OSError):
@@ -380,10 +380,10 @@ class Supervisor:
     fd: int
 
     @classmethod
-    def start(cls, run_id: str, *, container: str | None, record: Path) -> Supervisor:
+    def start(cls, run_id: str, *, container: str | None, record: Path, runtime: str = "docker") -> Supervisor:
         r, w = os.pipe()  # both ends close-on-exec: only the supervisor gets `r` (pass_fds), vLLM neither
         argv = [sys.executable, "-m", "launcher.supervise", "--fd", str(r), "--run-id", run_id]
-        argv += ["--record", str(record)] + (["--container", container] if container else [])
+        argv += ["--record", str(record)] + (["--container", container, "--runtime", runtime] if container else [])
         env = {k: v for k, v in os.environ.items() if k not in (sup.MARKER_RUN, sup.MARKER_PID)}
         try:
             proc = subprocess.Popen(
@@ -412,18 +412,19 @@ class Supervisor:
             self.proc.wait(5)
 
 
-def _launched_container(argv: tuple[str, ...] | list[str]) -> str | None:
-    """The --name of a `docker run` launch (vlaunch gives every container one)."""
-    if not argv or Path(argv[0]).name != "docker" or "--name" not in argv:
+def _launched_container(argv: tuple[str, ...] | list[str]) -> tuple[str, str] | None:
+    """(the runtime, the --name) of a `docker run` / `podman run` launch (vlaunch gives every container one)."""
+    runtime = Path(argv[0]).name if argv else ""
+    if runtime not in ("docker", "podman") or list(argv[1:2]) != ["run"] or "--name" not in argv:
         return None
     i = list(argv).index("--name")
-    return argv[i + 1] if i + 1 < len(argv) else None
+    return (runtime, argv[i + 1]) if i + 1 < len(argv) else None
 
 
-def stop_container(name: str) -> None:
+def stop_container(name: str, runtime: str = "docker") -> None:
     """`docker stop NAME`, for a container that outlived its `docker run` client (SIGKILL is not proxied)."""
     with contextlib.suppress(OSError, subprocess.SubprocessError):
-        subprocess.run(["docker", "stop", "-t", "10", name], capture_output=True, timeout=30, check=False)
+        subprocess.run([runtime, "stop", "-t", "10", name], capture_output=True, timeout=30, check=False)
 
 
 WATCH_EVERY = 2.0  # seconds between the watchdog's looks at /proc/meminfo and vLLM's resident memory

@@ -260,7 +260,7 @@ def build(
     extra = _merged_extra(base, layers, iface)
     if extra or (base is not None and base.vllm.extra_args):
         vllm["extra_args"] = extra
-    notes = [*(launch.notes if launch else ()), *(n for layer in layers for n in layer.notes)]
+    notes = list(launch.notes if launch else ())  # the plan names the flags passed on (check_launch)
     if base is not None:
         for key in ("model", "config"):
             if values.get(key):

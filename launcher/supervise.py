@@ -191,7 +191,9 @@ def _note_in_record(record: str | None, stopped: list[int], left: list[int]) -> 
         write_atomic(path, json.dumps(data, indent=2))
 
 
-def supervise(fd: int, run_id: str, *, container: str | None, record: str | None, grace: float) -> int:
+def supervise(
+    fd: int, run_id: str, *, container: str | None, record: str | None, grace: float, runtime: str = "docker"
+) -> int:
     """Wait for the wrapper's end; clean up after it unless it said `done`."""
     got = b""
     while True:
@@ -209,7 +211,7 @@ def supervise(fd: int, run_id: str, *, container: str | None, record: str | None
     pids = run_pids(run_id)
     if container:
         with contextlib.suppress(OSError, subprocess.SubprocessError):
-            subprocess.run(["docker", "kill", container], capture_output=True, timeout=30, check=False)
+            subprocess.run([runtime, "kill", container], capture_output=True, timeout=30, check=False)
     if not pids and not container:
         return 0
     left = stop_pids(pids, grace=grace, rescan=run_id)
@@ -222,12 +224,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fd", type=int, required=True, help="read end of the wrapper's pipe")
     ap.add_argument("--run-id", required=True)
     ap.add_argument("--container", help="container name to kill (container launches)")
+    ap.add_argument("--runtime", default="docker", choices=("docker", "podman"), help="the container's runtime")
     ap.add_argument("--record", help="the run record to note a clean-up in")
     ap.add_argument("--grace", type=float, default=GRACE_SECONDS)
     ns = ap.parse_args(argv)
     for s in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
         signal.signal(s, signal.SIG_IGN)  # the terminal's ^C and hang-up are the wrapper's to handle
-    return supervise(ns.fd, ns.run_id, container=ns.container, record=ns.record, grace=ns.grace)
+    return supervise(ns.fd, ns.run_id, container=ns.container, record=ns.record, grace=ns.grace, runtime=ns.runtime)
 
 
 if __name__ == "__main__":

@@ -41,10 +41,10 @@ _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _BINARY = {"K": KiB, "M": MiB, "G": GiB, "T": 1 << 40}
 
 
-def human_readable_int(text: str) -> int:
-    """vLLM's sizes for --max-model-len, --max-num-batched-tokens, --kv-cache-memory-bytes: '32k' -> 32,000,
-    '32K' -> 32,768, '25.6k' -> 25,600, '1M' -> 1,048,576, '8192' -> 8,192. A binary suffix takes whole numbers
-    only (vLLM refuses '1.5K'). Raises ValueError."""
+def vllm_int(text: str) -> int:
+    """vLLM's own human_readable_int, exactly (vllm/utils/argparse_utils.py): '32k' -> 32,000, '32K' -> 32,768,
+    '25.6k' -> 25,600; a binary suffix takes whole numbers only; anything else is Python's int() of the text
+    ('+5', '1_000' included). Raises ValueError with vLLM's wording."""
     t = text.strip()
     m = _HUMAN_INT.match(t)
     if m:
@@ -52,11 +52,27 @@ def human_readable_int(text: str) -> int:
         if suffix in _DECIMAL:
             return int(float(number) * _DECIMAL[suffix])
         if "." in number:
-            raise ValueError(f"vLLM takes no decimals with {suffix!r} (binary); write e.g. {number}{suffix.lower()}")
+            raise ValueError(
+                f"Decimals are not allowed with binary suffixes like {suffix}. Did you mean to use "
+                f"{number}{suffix.lower()} instead?"
+            )
         return int(number) * _BINARY[suffix]
-    if not re.fullmatch(r"[0-9]+", t):
-        raise ValueError(f"not a whole number or a size like 32k, 32K or 1M: {text!r}")
     return int(t)
+
+
+def human_readable_int(text: str) -> int:
+    """A size as a profile takes it: vLLM's forms ('32k' -> 32,000, '32K' -> 32,768, '1M', '8192'), digits only
+    (no '+5' or '1_000'). Raises ValueError."""
+    t = text.strip()
+    if not _HUMAN_INT.match(t) and not re.fullmatch(r"[0-9]+", t):
+        raise ValueError(f"not a whole number or a size like 32k, 32K or 1M: {text!r}")
+    try:
+        return vllm_int(t)
+    except ValueError:
+        number, suffix = t[:-1], t[-1]
+        raise ValueError(
+            f"vLLM takes no decimals with {suffix!r} (binary); write e.g. {number}{suffix.lower()}"
+        ) from None
 
 
 def parse_size(text: str) -> int:

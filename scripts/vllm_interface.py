@@ -1,4 +1,4 @@
-"""Write launcher/vllm/interface/v<version>.py: the whole `vllm serve` interface of one vLLM release, read from
+"""Write launcher/vllm/interface/v<version>.json: the whole `vllm serve` interface of one vLLM release, read from
 vLLM's own argument parser (`make_arg_parser(FlexibleArgumentParser())`): every option's spellings, dest, action,
 nargs, type, choices, default, const, deprecation and config group, plus how its FlexibleArgumentParser rewrites
 a command line, found by asking the parser itself.
@@ -506,21 +506,14 @@ def _positional(parser: Any) -> str | None:
 # ---- output -----------------------------------------------------------------------------------------------------
 
 
+COLUMNS = ("spellings", "dest", "action", "nargs", "type", "choices", "default", "const", "deprecated", "group")
+
+
 def render(version: str, source: str, table: list[tuple[Any, ...]], feats: dict[str, Any]) -> str:
-    lines = [
-        f'"""`vllm serve` of vLLM {version}, read from its own argument parser by scripts/vllm_interface.py."""',
-        "",
-        "# fmt: off",
-        f"VERSION = {version!r}",
-        f"SOURCE = {source!r}",
-        f"FEATURES = {feats!r}",
-        "# (spellings, dest, action, nargs, type, choices, default, const, deprecated, group)",
-        "FLAGS = (",
-        *(f"    {row!r}," for row in table),
-        ")",
-        "",
-    ]
-    return "\n".join(lines)
+    """The table as JSON: the release, where it came from, its FEATURES, then one option per line."""
+    head = json.dumps({"version": version, "source": source, "features": feats, "columns": COLUMNS}, indent=1)
+    rows = ",\n".join(" " + json.dumps(list(row), ensure_ascii=False) for row in table)
+    return head[: head.rindex("}")].rstrip() + ',\n "flags": [\n' + rows + "\n ]\n}\n"
 
 
 def module_name(version: str) -> str:
@@ -592,7 +585,7 @@ def main() -> int:
     if _deps_used():
         source += "; older dependencies: " + ", ".join(_deps_used())
     text = render(version, source, table, feats)
-    out = OUT_DIR / f"{module_name(version)}.py"
+    out = OUT_DIR / f"{module_name(version)}.json"
     if opts.stdout:
         sys.stdout.write(text)
         return 0

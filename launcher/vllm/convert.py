@@ -13,27 +13,11 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from launcher.units import vllm_int
+
+human_int = vllm_int  # vLLM's human_readable_int; units holds it, with the other sizes
+
 _HUMAN = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
-_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
-_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-
-
-def human_int(value: str) -> int:
-    """vLLM's human_readable_int: '1k' 1,000; '1K' 1,024; '25.6k' 25,600; else Python's int() of the text."""
-    value = value.strip()
-    m = _HUMAN.fullmatch(value)
-    if m:
-        number, suffix = m.groups()
-        if suffix in _DECIMAL:
-            return int(float(number) * _DECIMAL[suffix])
-        try:
-            return int(number) * _BINARY[suffix]
-        except ValueError:
-            raise ValueError(
-                f"Decimals are not allowed with binary suffixes like {suffix}. Did you mean to use "
-                f"{number}{suffix.lower()} instead?"
-            ) from None
-    return int(value)
 
 
 def human_int_kmg(value: str) -> int:

@@ -245,6 +245,10 @@ def _pass_through(args: ServeArgs, skip: set[str]) -> tuple[list[str], list[str]
         for d in order
         if d in MEMORY_NOTES
     ]
+    others = [last[d].flag.canonical or d for d in order if d not in MEMORY_NOTES]
+    others += [g.flag.canonical for g in appended if g.flag.canonical not in others]
+    if others:
+        notes.append("passed to vLLM as given (nothing vlaunch plans with): " + ", ".join(others))
     return words, notes
 
 
