@@ -382,10 +382,17 @@ def asked(profile: str | None, flags: dict[str, Any], command: tuple[str, ...] =
     (launcher.request.build): precedence flags, then the pasted command, then --config, then the profile."""
     from launcher.request import build
 
-    meta = click.get_current_context(silent=True)
-    words = meta.meta.get("vlaunch.vllm_words", []) if meta is not None else []
-    own = meta.meta.get("vlaunch.own", {}) if meta is not None else {}
-    return build(profile, flags, command, words, own=own)
+    ctx = click.get_current_context(silent=True)
+    words = ctx.meta.get("vlaunch.vllm_words", []) if ctx is not None else []
+    options = ctx.meta.get("vlaunch.options", {}) if ctx is not None else {}
+    return build(profile, flags, command, words, own=_own(options) if command or words else {})
+
+
+def _own(options: dict[str, bool]) -> dict[str, bool]:
+    """vlaunch's own options of a command (those no vLLM takes) -> whether each takes a value."""
+    from launcher.request import is_vllm_spelling
+
+    return {name: takes for name, takes in options.items() if not is_vllm_spelling(name)}
 
 
 def _vllm_words() -> list[str]:
@@ -394,23 +401,35 @@ def _vllm_words() -> list[str]:
     return list(ctx.meta.get("vlaunch.vllm_words", [])) if ctx is not None else []
 
 
+# Options of the planning commands that no vLLM takes: a command line of these alone has no vLLM word to read.
+_VLAUNCH_ONLY = frozenset({
+    "--json", "--html", "--compare", "--ascii", "--force", "--users", "--machine", "--gpu-memory-gib",
+    "--os-reserve-gib", "--biggest-pool", "--overhead-gib", "--vllm-version", "--launch", "--vllm-executable",
+    "--python", "--image", "--container-name", "--free-gib", "--no-calibration", "--dry-run", "--verbose", "-v",
+    "--logs-dir", "--skip-preflight", "--stop-below-gib", "--as", "-o", "--output", "--profile", "-h", "--help",
+})  # fmt: skip
+
+
 class _VllmCommand(click.Command):
     """A planning command: the vLLM options given to it, in any spelling or form vLLM takes (`--max_model_len`,
     `--device-memory-utilization`, `-sc.method mtp`, `-O3`), are read by vLLM's own rules with the table of the
     release the launch runs, like a pasted command's."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        from launcher.request import is_vllm_spelling, split_vllm_words
-
-        own: dict[str, bool] = {}
+        options: dict[str, bool] = {}
         for param in self.get_params(ctx):
             if isinstance(param, click.Option):
                 for name in (*param.opts, *param.secondary_opts):
-                    if not is_vllm_spelling(name):
-                        own[name] = not param.is_flag and param.nargs != 0
-        keep, vllm = split_vllm_words(args, own)
+                    options[name] = not param.is_flag and param.nargs != 0
+        ctx.meta["vlaunch.options"] = options
+        head = args[: args.index("--")] if "--" in args else args
+        if all(a.partition("=")[0] in _VLAUNCH_ONLY for a in head if a.startswith("-") and a != "-"):
+            ctx.meta["vlaunch.vllm_words"] = []
+            return super().parse_args(ctx, args)
+        from launcher.request import split_vllm_words
+
+        keep, vllm = split_vllm_words(args, _own(options))
         ctx.meta["vlaunch.vllm_words"] = vllm
-        ctx.meta["vlaunch.own"] = own
         return super().parse_args(ctx, keep)
 
 

@@ -672,7 +672,7 @@ def _launch_check(
 
     planned = [("host", profile.vllm.host), ("port", profile.vllm.port), *engine_values(profile, pred, spec, stored)]
     words = serve_args(profile, pred, spec, stored)
-    return check_launch(words, planned, interface.for_version(version))
+    return check_launch(words, planned, interface.for_version(version), profile.vllm.extra_args)
 
 
 def served_model(model: str) -> tuple[str, str | None]:

@@ -14,23 +14,26 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.errors import ProfileError, VlaunchError
 from launcher.profiles import FIELDS, Profile, VllmSection
 from launcher.records import dataclass
 from launcher.vllm import interface as I
-from launcher.vllm import shell
 from launcher.vllm.flags import Parsed, parse_serve_args, read_serve_config
 
+if TYPE_CHECKING:
+    from launcher.vllm import shell
+
 # The words that start a pasted launch rather than name a profile.
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")  # NAME=value, an environment prefix
 _LAUNCH_WORDS = frozenset({"vllm", "docker", "podman", "sudo", "env", "nohup", "exec", "bash", "sh", "uv", "uvx"})
 
 
 def is_launch_word(word: str) -> bool:
     """`vllm`, `docker`, `sudo`, `python3`, `NAME=value` …: the first word of a pasted launch."""
     base = os.path.basename(word)
-    return base in _LAUNCH_WORDS or base.startswith("python") or bool(shell.ASSIGNMENT.match(word)) or " " in word
+    return base in _LAUNCH_WORDS or base.startswith("python") or bool(_ASSIGNMENT.match(word)) or " " in word
 
 
 def is_vllm_spelling(name: str) -> bool:
@@ -241,7 +244,11 @@ def build(
 
     values = {k: v for k, v in flags.items() if v is not None}
     env = os.environ if env is None else env
-    launch = shell.read(command, env) if command else None
+    launch = None
+    if command:
+        from launcher.vllm import shell  # a pasted command's words and wrappers
+
+        launch = shell.read(command, env)
     if profile and _is_config_json(profile):
         values.setdefault("config", profile)
         profile = None

@@ -15,12 +15,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.errors import VlaunchError
 from launcher.records import dataclass
 from launcher.vllm import interface as I
-from launcher.vllm.serveparse import Given, ServeArgError, ServeArgs, parse
+
+if TYPE_CHECKING:
+    from launcher.vllm.serveparse import Given, ServeArgs
 
 # vLLM's field (EngineArgs / the frontend's dest) -> the profile key it sets.
 MODELLED: dict[str, str] = {
@@ -128,7 +130,7 @@ class FlagError(VlaunchError):
     """A vLLM flag the release that runs does not take, or takes otherwise."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Parsed:
     """What a command line or serve config said: planning values, and what passes to vLLM untouched."""
 
@@ -260,13 +262,10 @@ def from_serve_args(args: ServeArgs, *, where: str) -> Parsed:
         request = request_of(args)
     except FlagError as e:
         raise FlagError(e.message, source=where) from None
-    out = Parsed(request=request)
-    for dest, value in request.items():
-        out.values[profile_dest(MODELLED[dest])] = _planning_value(dest, value)
+    values = {profile_dest(MODELLED[dest]): _planning_value(dest, value) for dest, value in request.items()}
     config = args.values.get("config")
-    out.serve_config = config if isinstance(config, str) else None
-    out.extra_args, out.notes = _pass_through(args, {"config"})
-    return out
+    extra, notes = _pass_through(args, {"config"})
+    return Parsed(values, extra, notes, request, config if isinstance(config, str) else None)
 
 
 def parse_serve_args(
@@ -274,6 +273,8 @@ def parse_serve_args(
 ) -> Parsed:
     """The words after `vllm serve` (serve=False: after `python -m vllm.entrypoints.openai.api_server`;
     pasted=False: vLLM options given to vlaunch, with no model first)."""
+    from launcher.vllm.serveparse import ServeArgError, parse  # argparse: only where words are read
+
     try:
         args = parse(words, iface, serve=serve, pasted=pasted)
     except ServeArgError as e:
@@ -285,6 +286,8 @@ def parse_serve_args(
 
 def _releases_taking(words: Sequence[str], iface: I.Interface, serve: bool) -> tuple[I.Version, ...]:
     """The other generated releases whose parser reads `words` without refusing them (for a refusal's hint)."""
+    from launcher.vllm.serveparse import ServeArgError, parse
+
     found = []
     for release in I.available():
         if release == iface.version:
@@ -383,18 +386,28 @@ def _same(planned: Any, read: Any) -> bool:
 
 
 def check_launch(
-    words: Sequence[str], planned: Sequence[tuple[str, Any]], iface: I.Interface
+    words: Sequence[str], planned: Sequence[tuple[str, Any]], iface: I.Interface, extra: Sequence[str] = ()
 ) -> tuple[list[str], str | None]:
-    """The serve arguments a plan writes, read back with the release that runs: (notes for the pass-through flags
-    that change memory, why that release cannot start it: an option the plan sets that it lacks). Refused in one
-    line when it refuses a value or reads one otherwise (one of the profile's extra_args setting a field vlaunch
-    plans with, or a flag it does not take)."""
-    missing = [dest for dest, _ in planned if dest not in iface.by_dest]
-    if missing:
-        spelling = I.newest().by_dest[missing[0]].canonical
-        having = I.span(I.versions_with_dest(missing[0]))
-        why = f"vLLM {iface.label} has no {spelling} (vLLM {having} has it): drop it, or plan the vLLM that has it"
-        return [], why
+    """The command a plan writes, checked against the release that runs: (notes for the pass-through flags, why
+    that release cannot start it: an option the plan sets that it lacks, or a value outside its choices). The
+    pass-through words (`extra`, the profile's extra_args) are read with that release's parser: refused in one line
+    when it does not take one, or when one sets a field vlaunch plans with. `words` is the whole command after the
+    model, read back only when it has pass-through words (the planned options are written from the same table)."""
+    for dest, value in planned:
+        flag = iface.by_dest.get(dest)
+        if flag is None:
+            spelling = I.newest().by_dest[dest].canonical
+            having = I.span(I.versions_with_dest(dest))
+            return (
+                [],
+                f"vLLM {iface.label} has no {spelling} (vLLM {having} has it): drop it, or plan the vLLM that has it",
+            )
+        values = value if isinstance(value, list | tuple) else [value]
+        if flag.choices is not None and any(v not in flag.choices for v in values) and value != "auto":
+            shown = ", ".join(map(str, flag.choices))
+            return [], f"vLLM {iface.label}'s {flag.canonical} takes {shown}, not {value!r}"
+    if not extra:
+        return [], None
     parsed = parse_serve_args(["__model__", *words], iface, where="the planned vllm serve command")
     wanted = dict(planned)
     for dest, value in parsed.request.items():

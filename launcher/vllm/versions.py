@@ -10,20 +10,20 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from packaging.version import InvalidVersion
-from packaging.version import Version as Pep440
-
 from launcher.errors import ConfigError
 from launcher.records import dataclass
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from packaging.version import Version as Pep440
+
 Version = tuple[int, int, int]
 LATEST: Version = (0, 33, 0)
 
 _EXAMPLES = "expected e.g. 0.19.0, v0.11.0 or 0.6.4.post1"
 # NVIDIA's container tags (25.11-py3, 25.12.post1-py3, or a bare 26.01) look like versions but are release months.
+_PLAIN = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
 _NGC_TAG = re.compile(r"^(?:\d\d\.\d\d(?:\.post\d+)?-py3|2\d\.\d\d(?:\.post\d+)?)$")
 
 
@@ -37,6 +37,9 @@ def read_version(text: str) -> Pep440:
     '0.6.4.post1', '0.16.0rc2', '0.11.1.dev12+g1b86bd8'), a wheel's file name
     ('vllm-0.11.0+cu130-cp38-abi3-manylinux_2_31_aarch64.whl') or an image tag the version leads
     ('v0.17.0-aarch64-cu130', '0.16.0-t4'). At least major.minor; an NGC tag is refused with the vLLM it ships."""
+    from packaging.version import InvalidVersion
+    from packaging.version import Version as Pep440  # imported when a version is read, not with every rule
+
     t = str(text).strip()
     if t.endswith(".whl"):
         return _wheel_version(t)
@@ -80,6 +83,9 @@ def parse_version(text: str | None) -> Version:
     release (0, 19, 0), a pre-release or dev build as the release it leads to. None -> the newest modelled."""
     if not text:
         return LATEST
+    plain = _PLAIN.fullmatch(str(text).strip())
+    if plain and not _NGC_TAG.match(str(text).strip()):  # a bare release: the same with packaging, without its import
+        return _padded(int(x) for x in plain.groups(default="0"))
     return _padded(read_version(text).release)
 
 
