@@ -5,6 +5,7 @@ is vlaunch's own parser over that release's option table; tests/e2e/test_plan_is
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner
@@ -44,8 +45,9 @@ def test_every_form_of_the_launch_is_the_plans_request(data: dict[str, Any]) -> 
 
 
 def test_serve_starts_what_plan_prints() -> None:
-    for name in ("llama8b-32k", "qwen3-8b-pip", "tiny-cpu"):
-        same = ["--free-gib", "100", "--json"]  # serve reads what is free now; both plan with the same figure
+    tiny = str(Path(__file__).parent / "fixtures" / "tiny-llama" / "config.json")  # no built tiny model needed
+    for name, more in (("llama8b-32k", []), ("qwen3-8b-pip", []), ("tiny-cpu", ["--hf-config-path", tiny])):
+        same = ["--free-gib", "100", "--json", *more]  # serve reads what is free now; both plan with the same figure
         r = CliRunner().invoke(main, ["plan", name, *same], env={"HF_HUB_OFFLINE": "1"})
         s = CliRunner().invoke(main, ["serve", name, "--dry-run", "--skip-preflight", *same],
                                env={"HF_HUB_OFFLINE": "1"})  # fmt: skip
