@@ -79,8 +79,8 @@ def test_fit_options_on_one_scale_with_the_choice_marked(tmp_path: Path) -> None
     page = tmp_path / "fit.html"
     r = CliRunner().invoke(
         main,
-        ["fit", "meta-llama/Llama-3.1-70B-Instruct", "--machine", "spark", "--compare", "h100", "--users", "4",
-         "--context", "32K", "--formats", "bf16,fp8,awq", "--html", str(page)],
+        ["fit", "Qwen/Qwen3-32B", "--machine", "spark", "--compare", "h100", "--users", "4",
+         "--context", "32K", "--formats", "bf16,fp8", "--html", str(page)],
     )  # fmt: skip
     assert r.exit_code == 0 and page.exists(), r.stderr
     dom, rows = _measured(page, tmp_path, "fit-screenshot.png", 4000)
