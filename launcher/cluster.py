@@ -67,6 +67,16 @@ def _on(node: NodeSpec, *argv: str) -> NodeCommand:
     return NodeCommand(node, tuple(argv), is_local(node))
 
 
+VLLM_PGREP = (
+    r"^([^ ]*/)?(python[0-9.]* +(-[^ ]+ +)*)?([^ ]*/)?[v]llm serve( |$)"
+    r"|^([^ ]*/)?python[0-9.]* +(-[^ ]+ +)*-m [v]llm\.entrypoints"
+    r"|^[Vv][Ll][Ll][Mm]::"
+)
+"""`pgrep -f`'s pattern for a vLLM (as `guard._role` reads one: the program a command line runs, not what it
+mentions). The bracket in `[v]llm` keeps it from matching itself: a remote shell that runs pgrep as a child
+(dash, sh) holds the pattern's text in its own command line, which has `[v]llm` where the pattern needs `vllm`."""
+
+
 def preflight_commands(profile: Profile) -> list[tuple[str, NodeCommand]]:
     ray = ray_executable(profile)
     out: list[tuple[str, NodeCommand]] = []
@@ -75,7 +85,7 @@ def preflight_commands(profile: Profile) -> list[tuple[str, NodeCommand]]:
         out.append(("ray", _on(n, ray, "--version")))
         if n.machine not in ("cpu",):
             out.append(("gpus", _on(n, "nvidia-smi", "-L")))
-        out.append(("guard", _on(n, "pgrep", "-af", "vllm.entrypoints|vllm serve|VLLM::EngineCore")))
+        out.append(("guard", _on(n, "pgrep", "-af", VLLM_PGREP)))
     return out
 
 

@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -166,17 +167,54 @@ class Instance:
         }
 
 
-def _role(cmd: list[str]) -> str | None:
-    text = " ".join(cmd)
-    low = text.lower()
-    if (" serve" in low or low.endswith("serve")) and ("vlaunch" in low or "-m launcher" in low):
+_PYTHON = re.compile(r"(python|pypy)[0-9.]*")
+_PYTHON_ARG_OPTIONS = frozenset("WXQ")  # python's options that take a value (-W ignore, -X dev)
+
+
+def _program(words: list[str]) -> tuple[str, list[str]]:
+    """What a command line runs and its arguments: `-m MODULE` or a script's base name for a python interpreter
+    (past its own options), else the executable's base name."""
+    name = os.path.basename(words[0])
+    if not _PYTHON.fullmatch(name):
+        return name, words[1:]
+    i = 1
+    while i < len(words) and words[i].startswith("-") and words[i] not in ("-", "--"):
+        opt = words[i]
+        if opt.startswith("-m"):
+            module = opt[2:] or (words[i + 1] if i + 1 < len(words) else "")
+            return f"-m {module}", words[i + (1 if opt[2:] else 2) :]
+        if opt.startswith("-c"):
+            return "-c", []
+        i += 2 if opt[1:] in _PYTHON_ARG_OPTIONS else 1
+    i += 1 if i < len(words) and words[i] == "--" else 0
+    return (os.path.basename(words[i]), words[i + 1 :]) if i < len(words) else (name, [])
+
+
+def _role_of(words: list[str]) -> str | None:
+    if not words or not words[0]:
+        return None
+    if words[0][:6].lower() == "vllm::":  # the titles vLLM gives its processes (VLLM::EngineCore, VLLM::Worker_TP0)
+        kind = words[0][6:].lower()
+        return "engine" if kind.startswith("enginecore") else "server" if kind.startswith("apiserver") else "worker"
+    program, args = _program(words)
+    first = next((a for a in args if not a.startswith("-")), None)
+    if program in ("vlaunch", "-m launcher", "-m launcher.cli") and first == "serve":
         return "vlaunch"
-    if "vllm::enginecore" in low or "enginecore" in low:
-        return "engine"
-    if "vllm::worker" in low or "vllmworker" in low or "vllm::" in low:
-        return "worker"
-    if "vllm.entrypoints" in low or ("vllm" in low and " serve" in low) or ("api_server" in low and "vllm" in low):
+    if program.startswith("-m vllm.entrypoints") or (program == "vllm" and args[:1] == ["serve"]):
         return "server"
+    return None
+
+
+def _role(cmd: list[str]) -> str | None:
+    """server | engine | worker | vlaunch (a `vlaunch serve`) by the program a command line runs, never by what its
+    arguments mention: `vllm serve …`, `python -m vllm.entrypoints…`, vLLM's process titles (`VLLM::EngineCore`)."""
+    readings = [cmd]
+    if cmd and " " in cmd[0].strip():  # a process title (setproctitle, exec -a) holds a whole command line
+        readings.append(cmd[0].split() + cmd[1:])
+    for words in readings:
+        role = _role_of([w for w in words if w])  # psutil splits a padded title into empty words too
+        if role is not None:
+            return role
     return None
 
 

@@ -179,8 +179,8 @@ def test_ps_marks_an_orphan_and_stop_orphans_stops_it(tmp_path: Path) -> None:
     dead = subprocess.Popen(["true"])
     dead.wait()
     env = {**os.environ, sup.MARKER_RUN: "orph-test", sup.MARKER_PID: f"{dead.pid}:1"}
-    code = "import time; time.sleep(120)"
-    orphan = subprocess.Popen([sys.executable, "-c", code, "vllm.entrypoints.openai.api_server"], env=env)
+    title = "python3 -m vllm.entrypoints.openai.api_server --model m"
+    orphan = subprocess.Popen(["bash", "-c", f'exec -a "{title}" sleep 120'], env=env)
     try:
         end = time.monotonic() + 10
         while orphan.pid not in sup.find_orphans() and time.monotonic() < end:

@@ -1,0 +1,190 @@
+"""The box lock and `stop` cannot be turned against their user (issue 24: S1, S2, S9, C5, W2-W4, W6-W8, C1, C8).
+
+Whatever may signal runs inside a private pid namespace (`unshare --pid --fork --mount-proc`, or the same in a user
+namespace where that is allowed), with stand-in processes (`exec -a "vllm serve x" sleep 300`): a regression in the
+code under test can then only reach the test's own processes. The cross-user cases switch to throw-away uids with
+`setpriv` and need root.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from launcher import cluster, guard
+
+ROOT = Path(guard.__file__).resolve().parent.parent  # the tree under test, for the subprocesses too
+VICTIM, ATTACKER = 4242, 4343
+
+
+def _unshare() -> list[str] | None:
+    if not shutil.which("unshare"):
+        return None
+    for prefix in (
+        ["unshare", "--pid", "--fork", "--mount-proc"],
+        ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount-proc"],
+    ):
+        try:
+            r = subprocess.run([*prefix, "true"], capture_output=True, timeout=20, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if r.returncode == 0:
+            return prefix
+    return None
+
+
+UNSHARE = _unshare()
+pidns = pytest.mark.skipif(
+    UNSHARE is None, reason="needs `unshare --pid` (root, or user namespaces) so that signals stay in the test"
+)
+two_users = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("setpriv") or UNSHARE is None,
+    reason="needs root, setpriv and unshare to act as two throw-away uids",
+)
+
+
+def clean_env(tmp: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLAUNCH_", "XDG_"))}
+    run = tmp / "run"
+    run.mkdir(mode=0o700, exist_ok=True)
+    return env | {"PYTHONPATH": str(ROOT), "PY": sys.executable, "HOME": str(tmp), "XDG_RUNTIME_DIR": str(run),
+                  "T": str(tmp), "VLAUNCH_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}  # fmt: skip
+
+
+def in_pidns(script: str, tmp: Path, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
+    """`script` (bash) as the init of a private pid namespace with its own /proc; `$PY -m launcher` is vlaunch."""
+    assert UNSHARE is not None
+    return subprocess.run(
+        [*UNSHARE, "bash", "-c", "set -u\n" + script],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=clean_env(tmp) | env,
+        cwd=tmp,
+        check=False,
+    )
+
+
+def one_error_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    assert "Traceback" not in stderr and "internal error" not in stderr, stderr
+    return lines[0]
+
+
+HOLD = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.ftruncate(fd, 0)
+os.write(fd, sys.argv[2].encode())
+print("held", flush=True)
+time.sleep(300)
+"""
+"""A process holding the lock with the content it was given (as an attacker, or a broken vlaunch, would)."""
+
+
+@pytest.fixture
+def lock_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
+    return run / "vlaunch"
+
+
+@pytest.fixture
+def holders() -> Iterator[list[subprocess.Popen[str]]]:
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for p in started:
+        p.kill()
+        p.wait(10)
+        if p.stdout:
+            p.stdout.close()
+
+
+def hold(holders: list[subprocess.Popen[str]], path: Path, content: str) -> None:
+    path.parent.mkdir(mode=0o700, exist_ok=True)
+    p = subprocess.Popen([sys.executable, "-c", HOLD, str(path), content], stdout=subprocess.PIPE, text=True)
+    holders.append(p)
+    assert p.stdout is not None and p.stdout.readline().strip() == "held"
+
+
+# --- W3 / C8: what is a vLLM --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cmd", "role"),
+    [
+        (["tail", "-f", "EngineCore-notes.txt"], None),
+        (["grep", "vLLM pid", "serve.log"], None),
+        (["bash", "driver.sh", "vllm", "serve"], None),
+        (["ssh", "gpu2", "vllm", "serve", "m"], None),
+        (["less", "vllm.entrypoints.openai.api_server.py"], None),
+        (["python3", "-c", "print('vllm serve')"], None),
+        (["vim", "vlaunch-serve-notes"], None),
+        (["vllm", "serve", "in-container-vlaunch-pdock"], "server"),
+        (["/opt/venv/bin/vllm", "serve", "m"], "server"),
+        (["/v/bin/python3.12", "/v/bin/vllm", "serve", "m"], "server"),
+        (["/x/python", "-u", "-X", "dev", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"], "server"),
+        (["python", "-mvllm.entrypoints.cli.main", "serve", "m"], "server"),
+        (["vllm serve x", "300"], "server"),  # exec -a "vllm serve x": a title holding the command line
+        (["VLLM::EngineCore", "", "", ""], "engine"),
+        (["VLLM::EngineCore_DP0"], "engine"),
+        (["VLLM::Worker_TP1"], "worker"),
+        (["VLLM::APIServer"], "server"),
+        (["/x/python", "/x/vlaunch", "serve", "p.yaml"], "vlaunch"),
+        (["/x/python", "-m", "launcher", "serve", "p.yaml"], "vlaunch"),
+        (["/x/python", "/x/vlaunch", "ps"], None),
+        (["python", "-m", "pytest"], None),
+        ([], None),
+    ],
+)
+def test_w3_c8_roles_by_program_not_by_mention(cmd: list[str], role: str | None) -> None:
+    assert guard._role(cmd) == role
+
+
+@pidns
+def test_w3_a_file_named_enginecore_blocks_nothing(tmp_path: Path) -> None:
+    r = in_pidns(
+        """
+        bash -c 'exec -a "tail -f EngineCore-notes.txt" sleep 300' &
+        bash -c 'exec -a "ssh gpu2 vllm serve m" sleep 300' &
+        sleep 0.5
+        "$PY" -c 'from launcher import guard; print(guard.verdict())'
+        "$PY" -m launcher ps
+        """,
+        tmp_path,
+    )
+    assert r.stdout.splitlines()[0] == "free", r.stdout + r.stderr
+    assert "no vLLM processes on this box" in r.stdout
+
+
+# --- W8: the multi-node guard ------------------------------------------------------------------------------------
+
+
+@pidns
+def test_w8_the_remote_pgrep_does_not_match_its_own_shell(tmp_path: Path) -> None:
+    import shlex
+
+    from launcher.profiles import profile_from_mapping
+
+    profile = profile_from_mapping(
+        {"model": "x/y", "nodes": [{"host": "127.0.0.1", "role": "head", "machine": "cpu", "gpus": 1}]}
+    )
+    [guard_cmd] = [c for what, c in cluster.preflight_commands(profile) if what == "guard"]
+    remote = shlex.quote(shlex.join(guard_cmd.argv) + "; exit $?")  # sh stays the parent, as dash over ssh does
+    r = in_pidns(f"sh -c {remote}; echo rc=$?", tmp_path)
+    assert "rc=1" in r.stdout, r.stdout  # nothing runs: not even the shell carrying the pattern
+    titles = ["vllm serve m", "/v/bin/python3 -m vllm.entrypoints.openai.api_server --model m", "VLLM::EngineCore",
+              "tail -f EngineCore-notes.txt", "ssh gpu2 vllm serve m"]  # fmt: skip
+    starts = "".join(f"bash -c 'exec -a \"{t}\" sleep 300' &\n" for t in titles)
+    r = in_pidns(f"{starts}sleep 0.5\nsh -c {remote}", tmp_path)
+    found = sorted(line.split(" ", 1)[1].rsplit(" ", 1)[0] for line in r.stdout.splitlines())
+    assert found == sorted(titles[:3]), r.stdout
