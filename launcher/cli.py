@@ -973,6 +973,7 @@ def serve(
 def ps(as_json: bool) -> None:
     """List the vLLM servers on this box, including ones vlaunch did not start."""
     from launcher import guard
+    from launcher.chars import escaped
 
     holder = guard.read_holder()
     instances = guard.scan()
@@ -981,14 +982,15 @@ def ps(as_json: bool) -> None:
         return
     if holder:
         click.echo(
-            f"vlaunch lock: profile {holder.get('profile')!r}, vlaunch pid {holder.get('pid')}, "
-            f"vLLM pid {holder.get('vllm_pid')}, port {holder.get('port')}, log {holder.get('log')}"
+            f"vlaunch lock: profile {escaped(holder.get('profile'))!r}, vlaunch pid {escaped(holder.get('pid'))}, "
+            f"vLLM pid {escaped(holder.get('vllm_pid'))}, port {escaped(holder.get('port'))}, "
+            f"log {escaped(holder.get('log'))}"
         )
     if not instances:
         click.echo("no vLLM processes on this box")
     for i in instances:
-        left = f"  [orphan of run {i.orphan_of}]" if i.orphan else ""
-        click.echo(f"{i.pid:>8}  {i.role:<8} {i.rss_bytes / 2**30:6.2f} GiB  {i.command[:100]}{left}")
+        left = f"  [orphan of run {escaped(i.orphan_of)}]" if i.orphan else ""
+        click.echo(f"{i.pid:>8}  {i.role:<8} {i.rss_bytes / 2**30:6.2f} GiB  {escaped(i.command)[:100]}{left}")
     if any(i.orphan for i in instances):
         click.echo("orphans: left by a vlaunch serve that is gone; `vlaunch stop --orphans` stops them")
 

@@ -13,6 +13,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from launcher.chars import escaped
 from launcher.errors import VlaunchError
 from launcher.profiles import NodeSpec, Profile
 from launcher.records import dataclass
@@ -163,7 +164,7 @@ def preflight(profile: Profile, *, runner: Runner = subprocess.run) -> list[str]
             if r.returncode != 0 or found < cmd.node.gpus:
                 problems.append(f"{host}: {found} GPU(s) visible, the plan needs {cmd.node.gpus}")
         elif what == "guard" and r.returncode == 0 and r.stdout.strip():
-            first = r.stdout.strip().splitlines()[0][:120]
+            first = escaped(r.stdout.strip().splitlines()[0])[:120]
             problems.append(f"{host}: a vLLM already runs there ({first})")
     return problems
 

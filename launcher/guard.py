@@ -20,6 +20,7 @@ from typing import Any
 
 import psutil
 
+from launcher.chars import escaped
 from launcher.errors import VlaunchError
 from launcher.records import dataclass
 
@@ -119,10 +120,11 @@ def refusal(holder: dict[str, Any] | None) -> str:
         rss = _tree_rss(int(holder["vllm_pid"]))
         if rss:
             mem = f", {rss / 2**30:.2f} GiB resident"
+    profile, pid = escaped(holder.get("profile")), escaped(holder.get("pid"))
     return (
-        f"a vLLM server already holds this box: profile {holder.get('profile')!r}, vlaunch pid {holder.get('pid')}, "
-        f"vLLM pid {holder.get('vllm_pid')}, since {since}{mem}, log {holder.get('log')}; "
-        f"stop it with `vlaunch stop {holder.get('profile')}` (or `vlaunch stop {holder.get('pid')}`)"
+        f"a vLLM server already holds this box: profile '{profile}', vlaunch pid {pid}, "
+        f"vLLM pid {escaped(holder.get('vllm_pid'))}, since {since}{mem}, log {escaped(holder.get('log'))}; "
+        f"stop it with `vlaunch stop {profile}` (or `vlaunch stop {pid}`)"
     )
 
 
@@ -151,8 +153,9 @@ class Instance:
 
     def shown(self, width: int = 80) -> str:
         """`pid N (role, X GiB): command line`."""
-        left = f", left behind by run {self.orphan_of}" if self.orphan_of else ""
-        return f"pid {self.pid} ({self.role}, {self.rss_bytes / 2**30:.2f} GiB{left}): {self.command[:width]}"
+        left = f", left behind by run {escaped(self.orphan_of)}" if self.orphan_of else ""
+        shown = f"pid {self.pid} ({self.role}, {self.rss_bytes / 2**30:.2f} GiB{left})"
+        return f"{shown}: {escaped(self.command)[:width]}"
 
     def to_json(self) -> dict[str, Any]:
         return {

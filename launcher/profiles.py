@@ -17,6 +17,7 @@ from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, get_args
 
+from launcher.chars import unsafe_char as unsafe_char  # re-exported for callers of profiles.unsafe_char
 from launcher.errors import ProfileError, VlaunchError
 from launcher.formats import ALIASES, FORMATS
 from launcher.kv import KV_CACHE_DTYPES
@@ -494,26 +495,6 @@ def _check_keys(data: Mapping[Any, Any], known: tuple[str, ...], path: str, ctx:
         close = _close(str(key), known, n=1, cutoff=0.6) if isinstance(key, str) else []
         hint = f"; did you mean {close[0]!r}?" if close else ""
         ctx.fail(_join(path, str(key)), f"unknown key{hint}")
-
-
-# Characters no value that reaches an argv, an environment or a rendered file may hold: controls (C0, DEL, C1:
-# \n \r \t \v \f \x1c-\x1f \x85 …), format characters (bidi overrides, zero-width), line and paragraph
-# separators (U+2028, U+2029), surrogates. Each is a way for one value to read as several arguments or lines
-# somewhere (a shell, systemd, YAML, a terminal); one rule for every field, no per-target list.
-_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
-
-
-def unsafe_char(text: str) -> str | None:
-    """The first character `text` may not hold, as its code point and name (`U+2028 (LINE SEPARATOR)`); None
-    when every character is allowed."""
-    import unicodedata
-
-    for ch in text:
-        # white space other than a plain space too: Python's str.split() / splitlines() cut at each of them
-        if unicodedata.category(ch) in _UNSAFE_CATEGORIES or (ch.isspace() and ch != " "):
-            name = unicodedata.name(ch, "a control character")
-            return f"U+{ord(ch):04X} ({name})"
-    return None
 
 
 def _plain(text: str, path: str, ctx: _Ctx) -> str:

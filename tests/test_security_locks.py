@@ -8,6 +8,7 @@ code under test can then only reach the test's own processes. The cross-user cas
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -16,8 +17,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from launcher import cluster, guard
+from launcher.cli import main
 
 ROOT = Path(guard.__file__).resolve().parent.parent  # the tree under test, for the subprocesses too
 VICTIM, ATTACKER = 4242, 4343
@@ -114,6 +117,38 @@ def hold(holders: list[subprocess.Popen[str]], path: Path, content: str) -> None
     p = subprocess.Popen([sys.executable, "-c", HOLD, str(path), content], stdout=subprocess.PIPE, text=True)
     holders.append(p)
     assert p.stdout is not None and p.stdout.readline().strip() == "held"
+
+
+# --- S9: what comes from /proc or the lock is printed escaped ----------------------------------------------------
+
+NASTY = "\x1b]0;pwned\x07\x1b[31m\u202e\u2028\x9b"
+ACTIVE = "\x1b\x07\u202e\u2028\x9b"  # what a terminal acts on
+
+
+@pidns
+def test_s9_ps_and_serves_refusal_escape_process_titles(tmp_path: Path) -> None:
+    r = in_pidns(
+        f"""
+        bash -c 'exec -a "vllm serve {NASTY}" sleep 300' &
+        sleep 0.5
+        "$PY" -m launcher ps
+        "$PY" -c 'from launcher import guard; print(guard.verdict())'
+        """,
+        tmp_path,
+    )
+    assert "vllm serve" in r.stdout and "\\x1b]0;pwned\\x07" in r.stdout, r.stdout + r.stderr
+    for ch in ACTIVE:
+        assert ch not in r.stdout
+
+
+def test_s9_the_lock_holder_is_printed_escaped(lock_dir: Path, holders: list[subprocess.Popen[str]]) -> None:
+    hold(holders, lock_dir / "serve.lock", json.dumps({"pid": 4321, "profile": f"p{NASTY}", "log": NASTY}))
+    text = guard.refusal(guard.read_holder()) + CliRunner().invoke(main, ["ps"]).stdout
+    assert "holds this box" in text
+    for ch in ACTIVE:
+        assert ch not in text
+    inst = guard.Instance(7, "server", f"vllm serve {NASTY}", 0, 0.0)
+    assert "\\x1b" in inst.shown() and not any(ch in inst.shown() for ch in ACTIVE)
 
 
 # --- W3 / C8: what is a vLLM --------------------------------------------------------------------------------------
