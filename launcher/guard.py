@@ -12,7 +12,6 @@ import fcntl
 import json
 import os
 import re
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -20,13 +19,14 @@ from typing import Any
 
 import psutil
 
+from launcher import supervise as sup
 from launcher.chars import escaped
 from launcher.errors import VlaunchError
 from launcher.records import dataclass
 
 
 class GuardError(VlaunchError):
-    """Another vLLM holds the box."""
+    """Another vLLM holds the box (or what was to be stopped still runs)."""
 
     exit_code = 4
 
@@ -223,11 +223,9 @@ def _role(cmd: list[str]) -> str | None:
 
 def scan(exclude: set[int] | None = None) -> list[Instance]:
     """vLLM processes running on this box, whoever started them."""
-    from launcher import supervise
-
     me = {os.getpid()} | (exclude or set())
     gpu = gpu_memory_by_pid()
-    orphans = supervise.find_orphans()
+    orphans = sup.find_orphans()
     out = []
     for p in psutil.process_iter(["pid", "cmdline", "create_time", "memory_info"]):
         try:
@@ -243,7 +241,7 @@ def scan(exclude: set[int] | None = None) -> list[Instance]:
                     p.info["memory_info"].rss if p.info["memory_info"] else 0,
                     p.info["create_time"] or 0.0,
                     gpu.get(p.info["pid"]),
-                    orphans[p.info["pid"]][0] or "?" if p.info["pid"] in orphans else None,
+                    orphans[p.info["pid"]].run or "?" if p.info["pid"] in orphans else None,
                 )
             )
         except (psutil.Error, TypeError):
@@ -266,12 +264,39 @@ def verdict() -> str:
     return f"vLLM processes already run on this box: {shown}; {how}"
 
 
-def stop_orphans(timeout: float = 20.0) -> tuple[list[int], list[int]]:
-    """Stop every process a gone `vlaunch serve` left behind: (stopped, still alive)."""
-    from launcher import supervise
+@dataclass(frozen=True)
+class OrphansStopped:
+    """What `stop_orphans` did: the pids it meant to stop, those still alive, those it may not signal, and the
+    containers it killed (runtime:name)."""
 
-    pids = sorted(supervise.find_orphans())
-    return pids, (supervise.stop_pids(pids, grace=timeout) if pids else [])
+    stopped: list[int]
+    alive: list[int]
+    denied: list[int]
+    containers: list[str]
+
+
+def stop_orphans(timeout: float = 20.0) -> OrphansStopped:
+    """Stop every process a gone `vlaunch serve` left behind, and `docker kill` the containers of the container
+    launches among them (the daemon runs a container, not the orphaned client)."""
+    _require_own_proc()
+    orphans = sup.find_orphans()
+    boxes = sorted({o.container for o in orphans.values() if o.container and sup.parse_container(o.container)})
+    killed = []
+    for box in boxes:
+        runtime, name = sup.parse_container(box) or ("", "")
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            if subprocess.run([runtime, "kill", name], capture_output=True, timeout=30, check=False).returncode == 0:
+                killed.append(box)
+    left = sup.stop_procs({pid: o.started for pid, o in orphans.items()}, grace=timeout) if orphans else None
+    return OrphansStopped(sorted(orphans), left.alive if left else [], left.denied if left else [], killed)
+
+
+def _require_own_proc() -> None:
+    if not sup.own_proc():
+        raise GuardError(
+            "/proc does not show this process's pid namespace (mounted for another one): its pids are not the ones "
+            "this process would signal; nothing signalled"
+        )
 
 
 def _tree_rss(pid: int) -> int:
@@ -294,30 +319,28 @@ def descendants(pid: int) -> list[psutil.Process]:
         return []
 
 
+def tree_procs(pid: int, started: int | None = None, known: list[psutil.Process] | None = None) -> dict[int, int]:
+    """pid → start time of `pid` (when it is still the process that started at `started`; read now when None)
+    and its descendants, and of the `known` processes that still run."""
+    started = sup.start_time(pid) if started is None else started
+    procs = {p: s for p, (_, s) in sup.with_descendants({pid: started}).items()} if started is not None else {}
+    for p in known or []:
+        with contextlib.suppress(psutil.Error):
+            if p.pid not in procs and p.is_running() and (s := sup.start_time(p.pid)) is not None:
+                procs[p.pid] = s
+    return procs
+
+
+def stop_tree_checked(
+    pid: int, *, timeout: float = 20.0, started: int | None = None, known: list[psutil.Process] | None = None
+) -> sup.Stopped:
+    """terminate → wait → kill `pid`, every descendant and the process group `pid` leads (`tree_procs`)."""
+    return sup.stop_procs(tree_procs(pid, started, known), grace=timeout)
+
+
 def stop_tree(pid: int, *, timeout: float = 20.0, known: list[psutil.Process] | None = None) -> list[int]:
-    """terminate → wait → kill the process group of `pid` and every descendant; returns pids still alive (none)."""
-    procs: list[psutil.Process] = []
-    with contextlib.suppress(psutil.Error):
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    procs += [p for p in (known or []) if p.pid not in {q.pid for q in procs}]
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        pgid = os.getpgid(pid)
-        if pgid != os.getpgid(0):
-            os.killpg(pgid, signal.SIGTERM)
-    for p in procs:
-        with contextlib.suppress(psutil.Error):
-            p.terminate()
-    _, alive = psutil.wait_procs(procs, timeout=timeout)
-    for p in alive:
-        with contextlib.suppress(psutil.Error):
-            p.kill()
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        pgid = os.getpgid(pid)
-        if pgid != os.getpgid(0):
-            os.killpg(pgid, signal.SIGKILL)
-    _, alive = psutil.wait_procs(alive, timeout=5)
-    return [p.pid for p in alive]
+    """`stop_tree_checked` for a pid the caller vouches for now; returns pids still alive (none)."""
+    return stop_tree_checked(pid, timeout=timeout, known=known).alive
 
 
 def live_free_bytes(machine_name: str) -> int | None:

@@ -208,6 +208,7 @@ def serve(
         "predicted": plan.to_json(),
     }
     proc: subprocess.Popen[bytes] | None = None
+    vllm_started: int | None = None  # vLLM's start time (None: read at the clean-up)
     known: list[psutil.Process] = []
     watcher = Watcher(on_stage=lambda s, t: echo(f"[{t:7.1f}s] {s.value}"))
     exit_code = 0
@@ -231,6 +232,8 @@ def serve(
         supervisor = Supervisor.start(run_id, container=container, runtime=runtime, record=record_path)
         env = {**os.environ, **dict(plan.env), **(extra_env or {})}
         env |= {sup.MARKER_RUN: run_id, sup.MARKER_PID: sup.wrapper_marker()}
+        if container:  # an orphaned client names its container to `vlaunch stop --orphans`
+            env[sup.MARKER_CONTAINER] = sup.container_marker(runtime, container)
         try:
             proc = subprocess.Popen(
                 list(plan.argv),
@@ -249,6 +252,7 @@ def serve(
             record["error"] = error
             return RunResult(exit_code, record, log_path, record_path, error)
         info["vllm_pid"] = proc.pid
+        vllm_started = sup.start_time(proc.pid)  # with the pid, names vLLM for the clean-up even once it is reaped
         lock.update(info)
         echo(f"vLLM pid {proc.pid}; log {log_path}")
         lines: queue.Queue[bytes | None] = queue.Queue(maxsize=10000)
@@ -349,9 +353,10 @@ def serve(
             known = _merge(known, guard.descendants(proc.pid))
             # the same grace as the supervisor's: a vLLM busy loading ignores SIGTERM, and the box must be free
             # within seconds, not whenever a safetensors read returns
-            leftover = guard.stop_tree(proc.pid, timeout=sup.GRACE_SECONDS, known=known)
+            stopped = guard.stop_tree_checked(proc.pid, timeout=sup.GRACE_SECONDS, started=vllm_started, known=known)
+            leftover = stopped.alive
             # what left vLLM's process tree (daemonised, reparented) still carries the run's marker
-            stray = sup.run_pids(run_id)
+            stray = sup.run_procs(run_id)
             leftover = sorted(set(leftover) | set(sup.stop_pids(stray, grace=5.0) if stray else ()))
             if container:
                 stop_container(container, runtime)
@@ -384,7 +389,7 @@ class Supervisor:
         r, w = os.pipe()  # both ends close-on-exec: only the supervisor gets `r` (pass_fds), vLLM neither
         argv = [sys.executable, "-m", "launcher.supervise", "--fd", str(r), "--run-id", run_id]
         argv += ["--record", str(record)] + (["--container", container, "--runtime", runtime] if container else [])
-        env = {k: v for k, v in os.environ.items() if k not in (sup.MARKER_RUN, sup.MARKER_PID)}
+        env = {k: v for k, v in os.environ.items() if k not in sup.MARKERS}
         try:
             proc = subprocess.Popen(
                 argv,

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from launcher import cluster, guard
 from launcher import preflight as pf
+from launcher import supervise as sup
 from launcher.errors import VlaunchError
 from launcher.planning import Plan
 
@@ -167,8 +168,20 @@ def stop_holder(holder: dict[str, object], timeout: float) -> None:
         guard.stop_tree(pid, timeout=5)
 
 
-def stop_pid(pid: int, timeout: float) -> list[int]:
-    """Stop one vLLM process tree `vlaunch ps` lists; returns the pids still alive (none)."""
-    if pid not in {i.pid for i in guard.scan()}:
+def _may_signal(pid: int, started: int) -> None:
+    """Refuse (one line) a process this user may not signal, before anything is sent."""
+    try:
+        sup.send(pid, started, 0)
+    except PermissionError:
+        raise guard.GuardError(f"cannot signal pid {pid}: operation not permitted") from None
+
+
+def stop_pid(pid: int, timeout: float) -> sup.Stopped:
+    """Stop one vLLM process tree `vlaunch ps` lists; returns what still runs."""
+    if sup.plausible_pid(pid) is None:
+        raise VlaunchError(f"pid {pid}: vlaunch signals no pid below 2 (1 is init) or above pid_max")
+    started = sup.start_time(pid)
+    if started is None or pid not in {i.pid for i in guard.scan()} or sup.start_time(pid) != started:
         raise VlaunchError(f"pid {pid} is not a vLLM process (see `vlaunch ps`)")
-    return guard.stop_tree(pid, timeout=timeout)
+    _may_signal(pid, started)
+    return guard.stop_tree_checked(pid, started=started, timeout=timeout)

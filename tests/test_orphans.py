@@ -178,7 +178,7 @@ def test_ps_marks_an_orphan_and_stop_orphans_stops_it(tmp_path: Path) -> None:
     """A vLLM whose wrapper is gone (here: a marker naming a process that no longer runs)."""
     dead = subprocess.Popen(["true"])
     dead.wait()
-    env = {**os.environ, sup.MARKER_RUN: "orph-test", sup.MARKER_PID: f"{dead.pid}:1"}
+    env = {**os.environ, sup.MARKER_RUN: "orph-test", sup.MARKER_PID: f"{dead.pid}:1:{sup.pid_namespace()}"}
     title = "python3 -m vllm.entrypoints.openai.api_server --model m"
     orphan = subprocess.Popen(["bash", "-c", f'exec -a "{title}" sleep 120'], env=env)
     try:

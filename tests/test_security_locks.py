@@ -11,15 +11,18 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from launcher import cluster, guard
+from launcher import cluster, guard, serving
+from launcher import supervise as sup
 from launcher.cli import main
 
 ROOT = Path(guard.__file__).resolve().parent.parent  # the tree under test, for the subprocesses too
@@ -199,6 +202,179 @@ def test_w3_a_file_named_enginecore_blocks_nothing(tmp_path: Path) -> None:
     )
     assert r.stdout.splitlines()[0] == "free", r.stdout + r.stderr
     assert "no vLLM processes on this box" in r.stdout
+
+
+# --- W2 / W4 / W7: orphans and process groups --------------------------------------------------------------------
+
+DEAD_MARKER = "true & DEAD=$!; wait $DEAD; NS=$(stat -L -c %i /proc/self/ns/pid); export VLAUNCH_RUN_ID=orph-x"
+
+
+@pidns
+def test_w2_a_vllm_in_a_child_pid_namespace_is_not_an_orphan_here(tmp_path: Path) -> None:
+    """A serve in namespace B (its marker names B's pids); `stop --orphans` in the parent namespace A does not
+    stop its vLLM."""
+    inner = (
+        "import os, subprocess, time; from launcher import supervise as sup; from launcher.guard import BoxLock; "
+        "env = {**os.environ, sup.MARKER_RUN: 'inner', sup.MARKER_PID: sup.wrapper_marker()}; "
+        "p = subprocess.Popen(['bash', '-c', 'exec -a \"vllm serve inner\" sleep 300'], env=env); "
+        "l = BoxLock(); l.acquire({'pid': os.getpid(), 'profile': 'inner', 'since': time.time(), 'vllm_pid': p.pid}); "
+        "print('ready', os.getpid(), flush=True); time.sleep(300)"
+    )
+    r = in_pidns(
+        """
+        sleep 300 & VICTIM=$!   # pid 2 here; the inner vlaunch is pid 2 in its namespace
+        unshare --pid --fork --mount-proc bash -c '"$PY" -c "$INNER"; exit' > inner.out &
+        for i in $(seq 100); do grep -q ready inner.out && break; sleep 0.1; done
+        cat inner.out
+        STANDIN=$(pgrep -f "^vllm serve inner")
+        "$PY" -m launcher ps --json > ps.json
+        "$PY" -m launcher stop --orphans --timeout 2; echo "orphans-rc=$?"
+        sleep 0.5
+        kill -0 $STANDIN && echo standin-alive
+        kill -0 $VICTIM && echo victim-alive
+        """,
+        tmp_path,
+        INNER=inner,
+    )
+    out = r.stdout + r.stderr
+    assert "ready 2" in out and "standin-alive" in out and "victim-alive" in out, out
+    assert "orphans-rc=0" in out and "no orphaned vLLM processes" in out, out
+    ps = json.loads((tmp_path / "ps.json").read_text())
+    assert [i["orphan"] for i in ps["instances"] if "inner" in i["cmdline"]] == [False], ps
+
+
+@pidns
+def test_w4_a_group_leader_outside_the_namespace_is_never_killpg_0(tmp_path: Path) -> None:
+    """In a pid namespace whose process group leader is outside, getpgid gives 0: `stop --orphans` must not
+    signal its own group (it killed itself and its shell)."""
+    r = in_pidns(
+        f"""
+        {DEAD_MARKER}
+        VLAUNCH_PID="$DEAD:1:$NS" bash -c 'trap "" TERM; exec -a "vllm serve stubborn" sleep 300' &
+        ORPHAN=$!
+        sleep 0.5
+        timeout 30 "$PY" -m launcher stop --orphans --timeout 2; echo "rc=$?"
+        sleep 0.5
+        kill -0 $ORPHAN 2>/dev/null && echo orphan-alive
+        echo shell-alive
+        """,
+        tmp_path,
+    )
+    out = r.stdout + r.stderr
+    assert "rc=0" in out and "stopped 1 orphaned process(es)" in out and "shell-alive" in out, out
+    assert "orphan-alive" not in out, out
+
+
+def test_w4_no_group_is_signalled_unless_a_proven_process_leads_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    sent: list[tuple[int, int]] = []
+    monkeypatch.setattr(os, "killpg", lambda g, s: sent.append((g, s)))
+    # a child in our own process group: its group is ours, never signalled
+    p = subprocess.Popen(["sleep", "300"])
+    q = subprocess.Popen(["sleep", "300"], start_new_session=True)  # leads its own group
+    try:
+        assert sup.stop_procs({p.pid: sup.start_time(p.pid) or 0}, grace=2).alive == []
+        assert sent == []
+        assert sup.stop_procs({q.pid: sup.start_time(q.pid) or 0}, grace=2).alive == []
+        assert sent and {g for g, _ in sent} == {q.pid}
+        assert sup.stop_procs({0: 1, -1: 1, 1: 1, os.getpid(): sup.start_time(os.getpid()) or 0}, grace=0.1) == (
+            sup.Stopped([], [])
+        )
+    finally:
+        for x in (p, q):
+            x.kill()
+            x.wait()
+
+
+def test_w2_a_pid_is_signalled_only_while_it_is_the_same_process() -> None:
+    p = subprocess.Popen(["sleep", "300"])
+    try:
+        started = sup.start_time(p.pid)
+        assert started is not None
+        assert sup.send(p.pid, started + 1, signal.SIGTERM) is False  # another start time: a reused pid
+        assert p.poll() is None
+        assert sup.send(p.pid, started, signal.SIGTERM) is True
+        assert p.wait(10) == -signal.SIGTERM
+    finally:
+        p.kill()
+        p.wait()
+
+
+@pidns
+def test_w7_stop_orphans_kills_an_orphaned_clients_container(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text('#!/bin/sh\necho "$@" >> "$T/docker.calls"\n')
+    (bin_dir / "docker").chmod(0o755)
+    r = in_pidns(
+        f"""
+        export PATH="$T/bin:$PATH"
+        {DEAD_MARKER}
+        VLAUNCH_PID="$DEAD:1:$NS" VLAUNCH_CONTAINER=docker:vlaunch-p1-x \
+            bash -c 'exec -a "docker run --rm --name vlaunch-p1-x img vllm serve m" sleep 300' &
+        VLAUNCH_PID="$DEAD:1:$NS" VLAUNCH_CONTAINER='docker:--rm -v /:/x' bash -c 'exec -a "vllm serve y" sleep 300' &
+        sleep 0.5
+        "$PY" -m launcher stop --orphans --timeout 2; echo "rc=$?"
+        """,
+        tmp_path,
+    )
+    out = r.stdout + r.stderr
+    assert "rc=0" in out and "killed container docker:vlaunch-p1-x" in out, out
+    assert (tmp_path / "docker.calls").read_text() == "kill vlaunch-p1-x\n"  # the malformed name is not run
+
+
+# --- W6 / C1: `stop`'s exit code and --timeout ---------------------------------------------------------------------
+
+
+def test_w6_stop_pid_that_cannot_be_signalled_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    p = subprocess.Popen(["bash", "-c", 'exec -a "vllm serve x" sleep 300'])
+    try:
+        time.sleep(0.3)
+
+        def denied(pid: int, started: int, sig: int) -> bool:
+            raise PermissionError(1, "Operation not permitted")
+
+        monkeypatch.setattr(sup, "send", denied)
+        r = CliRunner().invoke(main, ["stop", str(p.pid), "--timeout", "1"])
+        assert r.exit_code == 4 and f"cannot signal pid {p.pid}: operation not permitted" in r.stderr, r.output
+        assert "stopped" not in r.stdout and p.poll() is None
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_w6_stop_reports_what_still_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(serving, "stop_pid", lambda pid, t: sup.Stopped([pid], []))
+    r = CliRunner().invoke(main, ["stop", "12345", "--timeout", "1"])
+    assert r.exit_code == 4 and "still alive after the stop: pid 12345" in r.stderr
+
+
+@two_users
+def test_w6_stop_pid_of_another_user(tmp_path: Path) -> None:
+    """The report's case: uid 4242 runs `vlaunch stop PID` on uid 4343's "vllm serve": exit 4, one line."""
+    tmp_path.chmod(0o755)
+    r = in_pidns(
+        f"""
+        setpriv --reuid {ATTACKER} --regid {ATTACKER} --clear-groups bash -c 'exec -a "vllm serve x" sleep 300' &
+        OTHER=$!
+        sleep 0.5
+        HOME=/nonexistent XDG_RUNTIME_DIR= setpriv --reuid {VICTIM} --regid {VICTIM} --clear-groups \
+            "$PY" -m launcher stop $OTHER --timeout 1; echo "rc=$?"
+        kill -0 $OTHER && echo other-alive
+        echo "pid=$OTHER"
+        """,
+        tmp_path,
+    )
+    out = r.stdout + r.stderr
+    pid = r.stdout.split("pid=")[-1].strip()
+    assert "rc=4" in out and f"cannot signal pid {pid}: operation not permitted" in out, out
+    assert "other-alive" in out and "stopped pid" not in out, out
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-5", "0", "3601", "-inf"])
+def test_c1_stop_timeout_must_be_finite_and_sane(value: str) -> None:
+    for argv in (["stop", "--orphans", "--timeout", value], ["stop", "--timeout", value]):
+        r = CliRunner().invoke(main, argv)
+        assert r.exit_code == 2 and "--timeout" in r.stderr, r.output
 
 
 # --- W8: the multi-node guard ------------------------------------------------------------------------------------
