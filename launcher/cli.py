@@ -981,10 +981,11 @@ def ps(as_json: bool) -> None:
         emit_json({"lock": holder, "instances": [i.to_json() for i in instances]})
         return
     if holder:
+        shown = {k: "?" if holder.get(k) is None else escaped(holder[k]) for k in ("profile", "log", "host")}
         click.echo(
-            f"vlaunch lock: profile {escaped(holder.get('profile'))!r}, vlaunch pid {escaped(holder.get('pid'))}, "
-            f"vLLM pid {escaped(holder.get('vllm_pid'))}, port {escaped(holder.get('port'))}, "
-            f"log {escaped(holder.get('log'))}"
+            f"vlaunch lock: profile '{shown['profile']}', vlaunch pid {holder.get('pid')}, "
+            f"vLLM pid {holder.get('vllm_pid')}, port {holder.get('port')}, log {shown['log']}"
+            + ("" if guard.holder_here(holder) else " (not proven: another pid namespace, or its pid is gone)")
         )
     if not instances:
         click.echo("no vLLM processes on this box")
@@ -1042,10 +1043,12 @@ def stop(target: str | None, timeout: float, orphans: bool) -> None:
         _still_running(done.alive, done.denied)
         return
     holder = guard.read_holder()
-    if target is None or (holder and target in (holder.get("profile"), str(holder.get("pid")))):
+    names = (holder.get("profile"), str(holder.get("pid"))) if holder and holder.get("pid") is not None else ()
+    if target is None or target in names:
         if not holder:
             raise VlaunchError("no vlaunch-managed server is running; give a PID (see `vlaunch ps`)")
-        serving.stop_holder(holder, timeout)
+        left = serving.stop_holder(holder, timeout)
+        _still_running(left.alive, left.denied)
         click.echo(f"stopped {escaped(holder.get('profile'))} (vlaunch pid {holder.get('pid')})")
         return
     if not (target.isascii() and target.isdigit()):  # "١٢٣".isdigit() too, and int() would read it as pid 123

@@ -3,15 +3,21 @@
 The lock lives in $XDG_RUNTIME_DIR/vlaunch (or /tmp/vlaunch-<uid>) and is held by `vlaunch serve` for the
 server's whole life; the kernel drops it if the holder dies, so a crash never leaves the box locked. The scan
 finds vLLM servers and engine processes started by anyone, so a server vlaunch did not start is seen too.
+
+What is on disk is not trusted: the directory must be the caller's own with mode 0700 (`lstat`: a link is
+refused), the lock file a regular file of the caller's, opened without following links or blocking, and its
+content is read like user input (each field within physical bounds, else left out).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
 import re
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -20,7 +26,7 @@ from typing import Any
 import psutil
 
 from launcher import supervise as sup
-from launcher.chars import escaped
+from launcher.chars import escaped, unsafe_char
 from launcher.errors import VlaunchError
 from launcher.records import dataclass
 
@@ -31,15 +37,130 @@ class GuardError(VlaunchError):
     exit_code = 4
 
 
+class LockError(VlaunchError):
+    """The box lock's directory or file is not safe to use: another user's, a link, a FIFO, the wrong mode."""
+
+
+LOCK_NAME = "serve.lock"
+
+
 def lock_dir() -> Path:
-    run = os.environ.get("XDG_RUNTIME_DIR")
-    base = Path(run) / "vlaunch" if run else Path(f"/tmp/vlaunch-{os.getuid()}")
-    base.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return base
+    """$XDG_RUNTIME_DIR/vlaunch when XDG_RUNTIME_DIR is an absolute path to a directory of this user's, or to
+    nothing yet (the XDG spec ignores a relative one), else /tmp/vlaunch-<uid>. Nothing is created here."""
+    run = os.environ.get("XDG_RUNTIME_DIR") or ""
+    if os.path.isabs(run) and "\0" not in run:
+        try:
+            st = os.lstat(run)
+        except FileNotFoundError:
+            return Path(run) / "vlaunch"
+        except OSError:
+            st = None
+        if st is not None and stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
+            return Path(run) / "vlaunch"
+    return Path(f"/tmp/vlaunch-{os.getuid()}")
 
 
 def lock_path() -> Path:
-    return lock_dir() / "serve.lock"
+    return lock_dir() / LOCK_NAME
+
+
+def _owner(uid: int) -> str:
+    import pwd
+
+    try:
+        return f"uid {uid} ({escaped(pwd.getpwuid(uid).pw_name)})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return "a FIFO" if stat.S_ISFIFO(mode) else "a regular file" if stat.S_ISREG(mode) else "a device or socket"
+
+
+def _open_lock_dir(path: Path, *, create: bool) -> int | None:
+    """A descriptor of the lock directory, created private when `create`; None when it does not exist (and is not
+    to be created). Refused (LockError, one line) unless it is a directory of this user's with mode 0700."""
+    made = False
+    if create:
+        try:
+            os.makedirs(path.parent, mode=0o700, exist_ok=True)  # a set XDG_RUNTIME_DIR not made yet
+            os.mkdir(path, 0o700)
+            made = True
+        except FileExistsError:
+            pass
+        except OSError as e:
+            raise LockError(f"cannot create the lock directory: {e.strerror or e}", source=str(path)) from None
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        if create:
+            raise LockError("the lock directory vanished while it was created", source=str(path)) from None
+        return None
+    except OSError as e:
+        raise LockError(f"cannot read the lock directory: {e.strerror or e}", source=str(path)) from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise LockError(f"the lock directory is {_kind(st.st_mode)}, not a directory: refused", source=str(path))
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        raise LockError(f"cannot open the lock directory: {e.strerror or e}", source=str(path)) from None
+    try:
+        st = os.fstat(fd)
+        if made and st.st_uid == os.geteuid():
+            os.fchmod(fd, 0o700)  # whatever the umask
+            st = os.fstat(fd)
+        if st.st_uid != os.geteuid():
+            raise LockError(
+                f"the lock directory belongs to {_owner(st.st_uid)}, not to you ({_owner(os.geteuid())}): refused; "
+                "it is not yours to use (remove it, or set XDG_RUNTIME_DIR to a directory of your own)",
+                source=str(path),
+            )
+        if stat.S_IMODE(st.st_mode) != 0o700:
+            raise LockError(
+                f"the lock directory has mode {stat.S_IMODE(st.st_mode):04o}, not 0700: refused (chmod 700 it)",
+                source=str(path),
+            )
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _open_lock_file(path: Path, flags: int, *, create_dir: bool) -> int | None:
+    """The lock file opened with `flags`, never following a link nor blocking on a FIFO; None when it does not
+    exist. Refused (LockError, one line) unless it is a regular file of this user's; with the default path, the
+    directory is checked (and created with `create_dir`) first."""
+    dir_fd = None
+    if path == lock_path():
+        dir_fd = _open_lock_dir(path.parent, create=create_dir)
+        if dir_fd is None:
+            return None
+    try:
+        fd = os.open(
+            path.name if dir_fd is not None else path,
+            flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+            0o600,
+            dir_fd=dir_fd,
+        )
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        why = "is a symbolic link: refused" if e.errno == errno.ELOOP else f"cannot open: {e.strerror or e}"
+        raise LockError(why, source=str(path)) from None
+    finally:
+        if dir_fd is not None:
+            os.close(dir_fd)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        os.close(fd)
+        what = _kind(st.st_mode) if not stat.S_ISREG(st.st_mode) else f"owned by {_owner(st.st_uid)}"
+        raise LockError(f"the lock file is {what}, not a regular file of yours: refused", source=str(path))
+    os.set_blocking(fd, True)
+    return fd
 
 
 class BoxLock:
@@ -50,7 +171,8 @@ class BoxLock:
         self._fd: int | None = None
 
     def acquire(self, info: dict[str, Any]) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = _open_lock_file(self.path, os.O_RDWR | os.O_CREAT, create_dir=True)
+        assert fd is not None  # O_CREAT
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -61,9 +183,15 @@ class BoxLock:
         self.update(info)
 
     def update(self, info: dict[str, Any]) -> None:
+        """Write who holds the lock: `info`, with the start times of its pids and this pid namespace, which prove
+        later which processes the pids named."""
         if self._fd is None:
             return
-        data = json.dumps(info).encode()
+        proof: dict[str, int | None] = {"pidns": sup.pid_namespace()}
+        for key in ("pid", "vllm_pid"):
+            pid = sup.plausible_pid(info.get(key))
+            proof[f"{key}_started"] = None if pid is None else sup.start_time(pid)
+        data = json.dumps({**info, **proof}).encode()
         os.ftruncate(self._fd, 0)
         os.pwrite(self._fd, data, 0)
         os.fsync(self._fd)
@@ -89,11 +217,11 @@ class BoxLock:
 
 
 def read_holder(path: Path | None = None) -> dict[str, Any] | None:
-    """Who holds the lock (None when nobody does)."""
+    """Who holds the lock (None when nobody does, or there is no lock directory yet: nothing is created), its
+    fields checked (`holder_fields`)."""
     path = path or lock_path()
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
+    fd = _open_lock_file(path, os.O_RDONLY, create_dir=False)
+    if fd is None:
         return None
     try:
         try:
@@ -102,29 +230,84 @@ def read_holder(path: Path | None = None) -> dict[str, Any] | None:
             text = os.pread(fd, 1 << 16, 0).decode(errors="replace")
             try:
                 data = json.loads(text)
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):
                 data = {}
-            return data if isinstance(data, dict) else {}
+            return holder_fields(data)
         fcntl.flock(fd, fcntl.LOCK_UN)
         return None
     finally:
         os.close(fd)
 
 
+_EPOCH_2000 = 946684800.0
+_TEXT_FIELDS = ("profile", "log", "host")
+_MAX_TEXT = 4096
+
+
+def _text(value: object) -> str | None:
+    if isinstance(value, str) and len(value) <= _MAX_TEXT and unsafe_char(value) is None:
+        return value
+    return None
+
+
+def _count(value: object, low: int, high: int) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value if low <= value <= high else None
+
+
+def holder_fields(data: object) -> dict[str, Any]:
+    """A lock's content read like user input: each field vlaunch writes, kept when within its bounds (a pid an int
+    in 2..pid_max, `since` a finite time since 2000 and not in the future, text printable and short), else None."""
+    raw = data if isinstance(data, dict) else {}
+    out: dict[str, Any] = {key: sup.plausible_pid(raw.get(key)) for key in ("pid", "vllm_pid")}
+    out |= {key: _text(raw.get(key)) for key in _TEXT_FIELDS}
+    out["port"] = _count(raw.get("port"), 1, 65535)
+    since = raw.get("since")
+    if isinstance(since, bool) or not isinstance(since, int | float):
+        since = None
+    out["since"] = float(since) if since is not None and _EPOCH_2000 <= since <= time.time() + 86400 else None
+    argv = raw.get("argv")
+    good = isinstance(argv, list) and len(argv) <= 4096 and all(_text(a) is not None for a in argv)
+    out["argv"] = argv if good else None
+    out |= {key: _count(raw.get(key), 0, 2**63) for key in ("pid_started", "vllm_started", "pidns")}
+    return out
+
+
+def holder_here(holder: dict[str, Any], key: str = "pid") -> tuple[int, int] | None:
+    """(pid, start time) of the process a holder's `key` names, when that is proven: written in this pid namespace
+    and still the process that started then; None otherwise."""
+    pid, started = holder.get(key), holder.get(f"{key}_started")
+    if pid is None or started is None or holder.get("pidns") != sup.pid_namespace():
+        return None
+    return (pid, started) if sup.start_time(pid) == started else None
+
+
+def _shown(value: object) -> str:
+    return "?" if value is None else escaped(value)
+
+
 def refusal(holder: dict[str, Any] | None) -> str:
-    if not holder:
-        return "another vlaunch serve holds this box (starting up); wait or stop it with `vlaunch stop`"
-    since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(holder.get("since", 0)))
+    if not holder or holder.get("pid") is None:
+        return (
+            "another vlaunch serve holds this box (starting up, or its lock names no valid pid); wait or stop it "
+            "with `vlaunch stop`"
+        )
+    since = "?" if holder["since"] is None else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(holder["since"]))
     mem = ""
-    if holder.get("vllm_pid"):
-        rss = _tree_rss(int(holder["vllm_pid"]))
+    vllm = holder_here(holder, "vllm_pid")
+    if vllm is not None:
+        rss = _tree_rss(vllm[0])
         if rss:
             mem = f", {rss / 2**30:.2f} GiB resident"
-    profile, pid = escaped(holder.get("profile")), escaped(holder.get("pid"))
+    there = ""
+    if holder.get("pidns") != sup.pid_namespace():
+        there = " (from another pid namespace: its pids are not this one's)"
     return (
-        f"a vLLM server already holds this box: profile '{profile}', vlaunch pid {pid}, "
-        f"vLLM pid {escaped(holder.get('vllm_pid'))}, since {since}{mem}, log {escaped(holder.get('log'))}; "
-        f"stop it with `vlaunch stop {profile}` (or `vlaunch stop {pid}`)"
+        f"a vLLM server already holds this box{there}: profile '{_shown(holder.get('profile'))}', "
+        f"vlaunch pid {holder['pid']}, vLLM pid {_shown(holder.get('vllm_pid'))}, since {since}{mem}, "
+        f"log {_shown(holder.get('log'))}; stop it with `vlaunch stop {_shown(holder.get('profile'))}` "
+        f"(or `vlaunch stop {holder['pid']}`)"
     )
 
 

@@ -6,7 +6,6 @@ pre-flight order, the cluster's start → check → run → tear-down, and stopp
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from collections.abc import Callable
@@ -151,21 +150,32 @@ def _launch_cluster(plan: Plan, options: ServeOptions, *, echo: Echo) -> Served:
         echo("Ray stopped on every node" if not left else "; ".join(left))
 
 
-def stop_holder(holder: dict[str, object], timeout: float) -> None:
+def stop_holder(holder: dict[str, object], timeout: float) -> sup.Stopped:
     """Stop the server the box lock names: SIGTERM to its vlaunch (which forwards it to vLLM, waits, kills, and
-    releases the lock), then, when the lock is still held `timeout` + 10 s later, the whole tree by force."""
-    pid = int(str(holder["pid"]))
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass  # gone already: the lock is stale and the reader below sees it released
-    except PermissionError as e:
-        raise VlaunchError(f"cannot signal vlaunch pid {pid} ({e.strerror}); run `vlaunch stop` as its user") from e
+    releases the lock), then, when the lock is still held `timeout` + 10 s later, the whole tree by force. Only the
+    process the lock proves is signalled (`guard.holder_here`); returns what of its tree still runs."""
+    pid = holder.get("pid")
+    if pid is None:
+        raise guard.LockError("names no valid vlaunch pid: nothing signalled", source=str(guard.lock_path()))
+    if holder.get("pidns") != sup.pid_namespace():
+        raise guard.GuardError(
+            f"the box lock was taken in another pid namespace (a container?), where its vlaunch pid {pid} is another "
+            "process than here: nothing signalled; stop it where it runs"
+        )
+    proven = guard.holder_here(holder)
+    if proven is None:
+        raise guard.GuardError(
+            f"vlaunch pid {pid} in the box lock is not the process that took it (gone, its pid reused, or a lock "
+            "without its start time): nothing signalled"
+        )
+    _may_signal(*proven)
+    sup.send(*proven, signal.SIGTERM)
     end = time.monotonic() + timeout + 10  # vlaunch itself waits `stop_tree`'s grace before it kills
     while time.monotonic() < end and guard.read_holder() is not None:
         time.sleep(0.2)
     if guard.read_holder() is not None:
-        guard.stop_tree(pid, timeout=5)
+        return guard.stop_tree_checked(proven[0], started=proven[1], timeout=5)
+    return sup.Stopped([], [])
 
 
 def _may_signal(pid: int, started: int) -> None:

@@ -12,8 +12,10 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -122,6 +124,250 @@ def hold(holders: list[subprocess.Popen[str]], path: Path, content: str) -> None
     assert p.stdout is not None and p.stdout.readline().strip() == "held"
 
 
+# --- S1 / C5: the lock directory and the lock file ---------------------------------------------------------------
+
+
+def test_s1_a_symlinked_lock_file_is_refused_and_its_target_kept(lock_dir: Path, tmp_path: Path) -> None:
+    precious = tmp_path / "important.txt"
+    precious.write_text("precious\n")
+    lock_dir.mkdir(mode=0o700)
+    (lock_dir / "serve.lock").symlink_to(precious)
+    lock = guard.BoxLock()
+    with pytest.raises(guard.LockError, match="symbolic link"):
+        lock.acquire({"pid": os.getpid(), "profile": "p1", "since": time.time()})
+    lock.release()
+    assert precious.read_text() == "precious\n"
+    with pytest.raises(guard.LockError, match="symbolic link"):
+        guard.read_holder()
+
+
+def test_s1_a_fifo_lock_file_is_refused_without_hanging(lock_dir: Path, tmp_path: Path) -> None:
+    lock_dir.mkdir(mode=0o700)
+    os.mkfifo(lock_dir / "serve.lock")
+    env = clean_env(tmp_path) | {"XDG_RUNTIME_DIR": str(lock_dir.parent)}
+    for argv in (["ps"], ["stop", "--timeout", "1"]):
+        try:
+            r = subprocess.run([sys.executable, "-m", "launcher", *argv], capture_output=True, text=True, timeout=30,
+                               env=env, check=False)  # fmt: skip
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"`vlaunch {' '.join(argv)}` hangs on a FIFO lock file")
+        assert r.returncode == 2 and "FIFO" in one_error_line(r.stderr), r.stderr
+    with pytest.raises(guard.LockError, match="FIFO"):
+        guard.BoxLock().acquire({"pid": os.getpid()})
+
+
+@pytest.mark.parametrize("mode", [0o755, 0o777, 0o750])
+def test_s1_a_lock_directory_not_0700_is_refused(lock_dir: Path, mode: int) -> None:
+    lock_dir.mkdir()
+    lock_dir.chmod(mode)
+    with pytest.raises(guard.LockError, match=f"mode {mode:04o}, not 0700"):
+        guard.BoxLock().acquire({"pid": os.getpid()})
+    r = CliRunner().invoke(main, ["ps"])
+    assert r.exit_code == 2 and "not 0700" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_s1_a_symlinked_lock_directory_is_refused(lock_dir: Path, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    lock_dir.symlink_to(elsewhere)
+    with pytest.raises(guard.LockError, match="symbolic link, not a directory"):
+        guard.BoxLock().acquire({"pid": os.getpid()})
+    assert list(elsewhere.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the directory to another uid")
+def test_s1_a_lock_directory_of_another_user_is_refused_naming_the_owner(lock_dir: Path) -> None:
+    lock_dir.mkdir(mode=0o700)
+    os.chown(lock_dir, ATTACKER, ATTACKER)
+    with pytest.raises(guard.LockError, match=f"belongs to uid {ATTACKER}"):
+        guard.BoxLock().acquire({"pid": os.getpid()})
+    with pytest.raises(guard.LockError, match=f"belongs to uid {ATTACKER}"):
+        guard.read_holder()
+
+
+def test_s1_the_lock_directory_is_created_0700_whatever_the_umask(lock_dir: Path) -> None:
+    old = os.umask(0o077 ^ 0o077 | 0o100)  # a umask that would leave the owner without x
+    try:
+        with guard.BoxLock() as lock:
+            lock.acquire({"pid": os.getpid()})
+    finally:
+        os.umask(old)
+    st = os.lstat(lock_dir)
+    assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.geteuid()
+    assert stat.S_IMODE(os.lstat(lock_dir / "serve.lock").st_mode) & 0o077 == 0
+
+
+@two_users
+def test_s1_another_users_squat_in_tmp_cannot_truncate_the_victims_file() -> None:
+    """The report's reproducer: the attacker makes /tmp/vlaunch-<victim> first, a symlink inside it to the victim's
+    file; the victim (no XDG_RUNTIME_DIR) takes and releases the box lock, as `serve` does."""
+    squat = Path(f"/tmp/vlaunch-{VICTIM}")
+    shutil.rmtree(squat, ignore_errors=True)
+    home = Path(tempfile.mkdtemp(prefix="vlaunch-victim-"))
+    try:
+        home.chmod(0o755)
+        os.chown(home, VICTIM, VICTIM)
+        precious = home / "important.txt"
+        precious.write_text("precious\n")
+        os.chown(precious, VICTIM, VICTIM)
+        as_user = ["setpriv", "--reuid", str(ATTACKER), "--regid", str(ATTACKER), "--clear-groups"]
+        subprocess.run([*as_user, "mkdir", "-m", "0755", str(squat)], check=True)
+        subprocess.run([*as_user, "ln", "-s", str(precious), str(squat / "serve.lock")], check=True)
+        code = (
+            "import os; from launcher.guard import BoxLock; lock = BoxLock(); "
+            "lock.acquire({'pid': os.getpid(), 'profile': 'p1'}); lock.release()"
+        )
+        env = {k: v for k, v in clean_env(home).items() if k != "XDG_RUNTIME_DIR"}
+        as_victim = ["setpriv", "--reuid", str(VICTIM), "--regid", str(VICTIM), "--clear-groups"]
+        r = subprocess.run([*as_victim, sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                           cwd=home, timeout=60, check=False)  # fmt: skip
+        assert precious.read_text() == "precious\n"
+        assert r.returncode != 0 and f"belongs to uid {ATTACKER}" in r.stderr, r.stderr
+        r = subprocess.run([*as_victim, sys.executable, "-m", "launcher", "ps"], capture_output=True, text=True,
+                           env=env, cwd=home, timeout=60, check=False)  # fmt: skip
+        assert r.returncode == 2 and f"belongs to uid {ATTACKER}" in one_error_line(r.stderr)
+    finally:
+        shutil.rmtree(squat, ignore_errors=True)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def test_c5_a_relative_xdg_runtime_dir_is_ignored_and_ps_creates_nothing(tmp_path: Path) -> None:
+    env = clean_env(tmp_path) | {"XDG_RUNTIME_DIR": "a\nb"}
+    before = sorted(tmp_path.iterdir())
+    r = subprocess.run([sys.executable, "-m", "launcher", "ps"], capture_output=True, text=True, env=env,
+                       cwd=tmp_path, timeout=60, check=False)  # fmt: skip
+    assert sorted(tmp_path.iterdir()) == before, r.stdout + r.stderr
+    env["XDG_RUNTIME_DIR"] = str(tmp_path / "run")
+    for argv in (["ps"], ["stop", "--timeout", "1"]):
+        subprocess.run([sys.executable, "-m", "launcher", *argv], capture_output=True, env=env, timeout=60,
+                       check=False)  # fmt: skip
+        assert not (tmp_path / "run" / "vlaunch").exists()  # reading the lock creates no directory
+
+
+def test_c5_lock_dir_rules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "relative/run")
+    assert guard.lock_dir() == Path(f"/tmp/vlaunch-{os.getuid()}")
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(mine))
+    assert guard.lock_dir() == mine / "vlaunch"
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "not-yet"))  # made by the first serve
+    assert guard.lock_dir() == tmp_path / "not-yet" / "vlaunch"
+    (tmp_path / "link").symlink_to(mine)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "link"))  # a link is not the user's directory
+    assert guard.lock_dir() == Path(f"/tmp/vlaunch-{os.getuid()}")
+
+
+# --- S2: the lock's content is input -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        '{"pid": "abc", "since": "x", "vllm_pid": "y"}',
+        '{"pid": 1e400}',
+        '{"pid": 123, "since": 1e300}',
+        '{"pid": -1, "profile": "p1", "since": 0}',
+        '{"pid": 0}',
+        '{"pid": true, "vllm_pid": 99999999999}',
+        '{"pid": 5, "since": NaN, "port": "80"}',
+        "[1, 2]",
+        "[" * 100000,
+        "not json",
+    ],
+    ids=["strings", "inf", "far-future", "minus-one", "zero", "bool-huge", "nan", "list", "deep", "not-json"],
+)
+def test_s2_a_malformed_holder_is_one_line_never_exit_70(
+    lock_dir: Path, holders: list[subprocess.Popen[str]], content: str
+) -> None:
+    hold(holders, lock_dir / "serve.lock", content)
+    holder = guard.read_holder()
+    assert holder is not None
+    assert "holds this box" in guard.refusal(holder)
+    assert "holds this box" in guard.verdict()
+    r = CliRunner().invoke(main, ["ps"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["ps", "--json"])
+    assert r.exit_code == 0 and isinstance(json.loads(r.stdout)["lock"], dict)
+    r = CliRunner().invoke(main, ["stop", "--timeout", "1"])
+    assert r.exit_code in (2, 4) and "nothing signalled" in r.stderr and len(r.stderr.splitlines()) == 1, r.output
+
+
+def test_s2_holder_fields_are_bounded() -> None:
+    h = guard.holder_fields({"pid": 2**40, "vllm_pid": 1, "since": 1e300, "port": 0, "profile": "a\x1b]0;x\x07",
+                             "log": "l" * 5000, "argv": ["vllm", 3], "pidns": -1})  # fmt: skip
+    assert all(h[k] is None for k in ("pid", "vllm_pid", "since", "port", "profile", "log", "argv", "pidns"))
+    now = time.time()
+    h = guard.holder_fields({"pid": 1234, "since": now, "port": 8000, "profile": "p1", "argv": ["vllm", "serve"]})
+    assert (h["pid"], h["since"], h["port"], h["profile"], h["argv"]) == (1234, now, 8000, "p1", ["vllm", "serve"])
+    assert guard.holder_fields("x")["pid"] is None
+
+
+def test_s2_stop_never_signals_a_pid_the_lock_does_not_prove(
+    lock_dir: Path, holders: list[subprocess.Popen[str]]
+) -> None:
+    """A lock naming a live process of ours without its start time (or with another one): nothing is signalled."""
+    bystander = subprocess.Popen(["sleep", "300"])
+    try:
+        for extra in ({}, {"pid_started": 1, "pidns": sup.pid_namespace()}):
+            hold(holders, lock_dir / "serve.lock", json.dumps({"pid": bystander.pid, "profile": "p1", **extra}))
+            r = CliRunner().invoke(main, ["stop", "--timeout", "1"])
+            assert r.exit_code == 4 and "nothing signalled" in r.stderr, r.output
+            r = CliRunner().invoke(main, ["stop", "p1", "--timeout", "1"])
+            assert r.exit_code == 4 and "nothing signalled" in r.stderr, r.output
+            time.sleep(0.3)
+            assert bystander.poll() is None
+            done = holders.pop()
+            done.kill()
+            done.wait()
+            assert done.stdout is not None
+            done.stdout.close()
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+@pidns
+def test_s2_pid_minus_one_in_the_lock_signals_nobody(tmp_path: Path) -> None:
+    """The report's reproducer, in a private pid namespace: `{"pid": -1}` made `stop` SIGTERM every process."""
+    r = in_pidns(
+        f"""
+        sleep 300 & VICTIM=$!
+        mkdir -m 0700 -p $XDG_RUNTIME_DIR/vlaunch
+        "$PY" -c '{HOLD}' $XDG_RUNTIME_DIR/vlaunch/serve.lock '{{"pid": -1, "profile": "p1", "since": 0}}' > held &
+        while [ ! -s held ]; do sleep 0.1; done
+        timeout 60 "$PY" -m launcher stop --timeout 1; echo "rc=$?"
+        sleep 0.5
+        kill -0 $VICTIM && echo victim-alive
+        """,
+        tmp_path,
+    )
+    assert "victim-alive" in r.stdout and "rc=70" not in r.stdout, r.stdout + r.stderr
+    assert "rc=4" in r.stdout or "rc=2" in r.stdout, r.stdout + r.stderr
+
+
+def test_s2_a_proven_holder_is_stopped(lock_dir: Path) -> None:
+    """The other half: the process that took the lock (its pid, start time and namespace in the lock) is stopped."""
+    code = (
+        "import os, time; from launcher.guard import BoxLock; l = BoxLock(); "
+        "l.acquire({'pid': os.getpid(), 'profile': 'p1', 'since': time.time()}); print('held', flush=True); "
+        "time.sleep(300)"
+    )
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == "held"
+        holder = guard.read_holder()
+        assert holder is not None and guard.holder_here(holder) == (p.pid, sup.start_time(p.pid))
+        r = CliRunner().invoke(main, ["stop", "p1", "--timeout", "1"])
+        assert r.exit_code == 0 and "stopped p1" in r.stdout, r.output
+        assert p.wait(10) == -signal.SIGTERM
+    finally:
+        p.kill()
+        p.wait()
+        if p.stdout:
+            p.stdout.close()
+
+
 # --- S9: what comes from /proc or the lock is printed escaped ----------------------------------------------------
 
 NASTY = "\x1b]0;pwned\x07\x1b[31m\u202e\u2028\x9b"
@@ -211,8 +457,8 @@ DEAD_MARKER = "true & DEAD=$!; wait $DEAD; NS=$(stat -L -c %i /proc/self/ns/pid)
 
 @pidns
 def test_w2_a_vllm_in_a_child_pid_namespace_is_not_an_orphan_here(tmp_path: Path) -> None:
-    """A serve in namespace B (its marker names B's pids); `stop --orphans` in the parent namespace A does not
-    stop its vLLM."""
+    """A serve in namespace B (its marker and its lock name B's pids); `stop --orphans` and `stop` in the parent
+    namespace A stop neither its vLLM nor A's process with the lock's pid number."""
     inner = (
         "import os, subprocess, time; from launcher import supervise as sup; from launcher.guard import BoxLock; "
         "env = {**os.environ, sup.MARKER_RUN: 'inner', sup.MARKER_PID: sup.wrapper_marker()}; "
@@ -229,6 +475,7 @@ def test_w2_a_vllm_in_a_child_pid_namespace_is_not_an_orphan_here(tmp_path: Path
         STANDIN=$(pgrep -f "^vllm serve inner")
         "$PY" -m launcher ps --json > ps.json
         "$PY" -m launcher stop --orphans --timeout 2; echo "orphans-rc=$?"
+        "$PY" -m launcher stop --timeout 1; echo "stop-rc=$?"
         sleep 0.5
         kill -0 $STANDIN && echo standin-alive
         kill -0 $VICTIM && echo victim-alive
@@ -239,6 +486,7 @@ def test_w2_a_vllm_in_a_child_pid_namespace_is_not_an_orphan_here(tmp_path: Path
     out = r.stdout + r.stderr
     assert "ready 2" in out and "standin-alive" in out and "victim-alive" in out, out
     assert "orphans-rc=0" in out and "no orphaned vLLM processes" in out, out
+    assert "stop-rc=4" in out and "another pid namespace" in out, out
     ps = json.loads((tmp_path / "ps.json").read_text())
     assert [i["orphan"] for i in ps["instances"] if "inner" in i["cmdline"]] == [False], ps
 
