@@ -121,24 +121,43 @@ def cache_config_info(metrics_text: str) -> dict[str, str] | None:
     return None
 
 
+_COUNT = re.compile(r"[0-9]{1,18}")
+
+
+def _count_label(labels: dict[str, str], key: str, malformed: list[str]) -> int | None:
+    """A count label's value; None when absent or "None" (not known yet), and when not a plain non-negative integer
+    (noted in `malformed`): a label vLLM's server writes is not input vlaunch stops a running server over."""
+    value = labels.get(key)
+    if not value or value == "None":
+        return None
+    if _COUNT.fullmatch(value.strip()) is None:
+        malformed.append(key)
+        return None
+    return int(value.strip())
+
+
 def metrics_check(facts: logs.LogFacts, labels: dict[str, str] | None, block_size: int) -> dict[str, Any]:
-    """/metrics vllm:cache_config_info against the log: num_gpu_blocks, and kv_cache_size_tokens (0.28+)."""
+    """/metrics vllm:cache_config_info against the log: num_gpu_blocks, and kv_cache_size_tokens (0.28+). A label
+    that is not a count is left out (listed under "malformed"); with none left the check is not available."""
     if labels is None:
         return {"available": False}
-    out: dict[str, Any] = {"available": True}
-    blocks = labels.get("num_gpu_blocks")
-    tokens = labels.get("kv_cache_size_tokens")
-    if blocks and blocks != "None":
-        out["num_gpu_blocks"] = int(blocks)
-        bs = int(labels.get("block_size", block_size) or block_size)
+    malformed: list[str] = []
+    blocks = _count_label(labels, "num_gpu_blocks", malformed)
+    tokens = _count_label(labels, "kv_cache_size_tokens", malformed)
+    bs = _count_label(labels, "block_size", malformed) or block_size
+    out: dict[str, Any] = {"available": not malformed or blocks is not None or tokens is not None}
+    if malformed:
+        out["malformed"] = malformed
+    if blocks is not None:
+        out["num_gpu_blocks"] = blocks
         if facts.num_blocks is not None:
-            out["blocks_agree"] = int(blocks) == facts.num_blocks
+            out["blocks_agree"] = blocks == facts.num_blocks
         elif facts.kv_pool_tokens is not None and facts.max_concurrency is not None:
-            out["blocks_agree"] = int(blocks) * bs >= facts.kv_pool_tokens
-    if tokens and tokens != "None":
-        out["kv_cache_size_tokens"] = int(tokens)
+            out["blocks_agree"] = blocks * bs >= facts.kv_pool_tokens
+    if tokens is not None:
+        out["kv_cache_size_tokens"] = tokens
         if facts.kv_pool_tokens is not None:
-            out["tokens_agree"] = int(tokens) == facts.kv_pool_tokens
+            out["tokens_agree"] = tokens == facts.kv_pool_tokens
     out["agree"] = all(v for k, v in out.items() if k.endswith("_agree"))
     return out
 
@@ -491,14 +510,22 @@ def _finish(record: dict[str, Any], watcher: Watcher, wall: float | None) -> dic
 
 
 def _metrics_line(check: dict[str, Any]) -> str:
+    odd = f" (malformed: {', '.join(check['malformed'])})" if check.get("malformed") else ""
     if not check.get("available"):
-        return "not available"
+        return "not available" + odd
     parts = []
     if "num_gpu_blocks" in check:
         parts.append(f"num_gpu_blocks {check['num_gpu_blocks']:,}")
     if "kv_cache_size_tokens" in check:
         parts.append(f"kv_cache_size_tokens {check['kv_cache_size_tokens']:,}")
-    return ", ".join(parts) + (" — agrees with the log" if check.get("agree") else " — DISAGREES with the log")
+    if not parts:
+        return "not available" + odd
+    agrees = " — agrees with the log" if check.get("agree") else " — DISAGREES with the log"
+    return ", ".join(parts) + agrees + odd
+
+
+LINE_CAP = logs.STREAM_LINE_CAP
+"""The most of one line of vLLM's output read, logged and parsed; the rest of a longer line is dropped unread."""
 
 
 def _pump(stream: IO[bytes] | None, q: queue.Queue[bytes | None]) -> None:

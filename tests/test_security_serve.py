@@ -1,0 +1,169 @@
+"""`vlaunch serve` against what it does not control: the directory it runs from (S3), secrets in a profile and a
+command (S8), a server's /metrics labels (H4), vLLM's output lines (H6) and a run record that cannot be written
+(H7). vLLM is a stand-in script, as in tests/test_orphans.py.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import queue
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import launcher
+from launcher import guard, launch
+from launcher import supervise as sup
+from launcher.cli import main
+from launcher.vllm import logs
+
+TINY = Path(__file__).parent / "fixtures" / "tiny-llama" / "config.json"
+PACKAGE_ROOT = Path(launcher.__file__).resolve().parent.parent
+SLEEPER = """#!/bin/sh
+echo "INFO 12-01 10:00:00 [api_server.py:1] vLLM API server version 0.19.0"
+exec sleep 300
+"""
+HF_SECRET, KEY_SECRET, ARG_SECRET = "hf_ProfileSecret1", "key_ProfileSecret2", "sk-ArgSecret3"
+SECRETS = (HF_SECRET, KEY_SECRET, ARG_SECRET)
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _profile(tmp: Path, script: str, *, extra: str = "", port: int | None = None) -> Path:
+    model = tmp / "model"
+    model.mkdir(exist_ok=True)
+    (model / "config.json").write_text(TINY.read_text())
+    exe = tmp / "bin" / "vllm"
+    exe.parent.mkdir(exist_ok=True)
+    exe.write_text(script)
+    exe.chmod(0o755)
+    profile = tmp / "sec.yaml"
+    profile.write_text(
+        f"name: sec\nmodel: {model}\nmachine: cpu\nmax_model_len: 2048\ngpu_memory_utilization: 0.3\n"
+        f'vllm:\n  version: "0.19.0"\n  launch: cli\n  executable: {exe}\n  port: {port or _port()}\n{extra}'
+    )
+    return profile
+
+
+SECRET_EXTRA = (
+    f"  env: {{HF_TOKEN: {HF_SECRET}, MY_API_KEY: {KEY_SECRET}, VLLM_PLAIN: visible-value}}\n"
+    f"  extra_args: [--api-key, {ARG_SECRET}]\n"
+)
+
+
+@pytest.fixture
+def box(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(run_dir), "PYTHONUNBUFFERED": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    started: list[subprocess.Popen[str]] = []
+    yield {"tmp": tmp_path, "env": env, "logs": tmp_path / "logs", "started": started, "run": run_dir}
+    for p in started:
+        if p.poll() is None:
+            p.kill()
+            p.wait(10)
+        for fh in (p.stdout, p.stderr):
+            if fh:
+                fh.close()
+    for log in (tmp_path / "logs").glob("*.log"):
+        sup.stop_pids(sup.run_pids(log.stem), grace=1)
+
+
+def _serve(box: dict[str, Any], profile: Path, *extra: str, cwd: Path | None = None) -> subprocess.Popen[str]:
+    # -P: the wrapper itself imports the package under test, whatever the directory it runs from
+    argv = [sys.executable, "-P", "-m", "launcher", "serve", str(profile), "--logs-dir", str(box["logs"]),
+            "--skip-preflight", *extra]  # fmt: skip
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=box["env"], cwd=cwd)
+    box["started"].append(p)
+    return p
+
+
+def _wait_for_line(p: subprocess.Popen[str], needle: str, timeout: float = 60) -> list[str]:
+    assert p.stdout is not None
+    seen: list[str] = []
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        line = p.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if needle in line:
+            return seen
+    err = p.stderr.read() if p.stderr and p.poll() is not None else ""
+    raise AssertionError(f"no {needle!r} in {''.join(seen)[-2000:]} {err[-2000:]}")
+
+
+def _wait_gone(run: str, timeout: float) -> list[int]:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if not sup.run_pids(run):
+            return []
+        time.sleep(0.2)
+    return sup.run_pids(run)
+
+
+# ---- H4: a malformed /metrics label is "not available" -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [
+        'block_size="16",num_gpu_blocks="12.5",kv_cache_size_tokens="abc"',
+        'block_size="x",num_gpu_blocks="-3",kv_cache_size_tokens="1e9"',
+        'block_size="16",num_gpu_blocks="' + "9" * 5000 + '"',
+    ],
+)
+def test_malformed_metrics_labels_are_not_available(labels: str) -> None:
+    facts = logs.LogFacts(num_blocks=100, kv_pool_tokens=1600)
+    check = launch.metrics_check(facts, launch.cache_config_info(f"vllm:cache_config_info{{{labels}}} 1.0\n"), 16)
+    assert check["available"] is False and check["malformed"]
+    assert launch._metrics_line(check).startswith("not available")
+
+
+def test_a_malformed_label_leaves_the_others() -> None:
+    facts = logs.LogFacts(num_blocks=100, kv_pool_tokens=1600)
+    text = 'vllm:cache_config_info{block_size="16",num_gpu_blocks="100",kv_cache_size_tokens="n/a"} 1.0'
+    check = launch.metrics_check(facts, launch.cache_config_info(text), 16)
+    assert check["available"] is True and check["num_gpu_blocks"] == 100 and check["blocks_agree"] is True
+    assert check["malformed"] == ["kv_cache_size_tokens"] and "kv_cache_size_tokens" not in check
+
+
+FAKE_SERVER = """#!{python}
+import http.server, sys
+print("INFO:     Application startup complete.", flush=True)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b"ok" if self.path == "/health" else (
+            b'vllm:cache_config_info{{block_size="16",num_gpu_blocks="12.5",kv_cache_size_tokens="abc"}} 1.0\\n')
+        self.send_response(200); self.end_headers(); self.wfile.write(body)
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", {port}), H).serve_forever()
+"""
+
+
+def test_serve_keeps_a_server_whose_metrics_labels_are_malformed(box: dict[str, Any]) -> None:
+    port = _port()
+    profile = _profile(box["tmp"], FAKE_SERVER.format(python=sys.executable, port=port), port=port)
+    p = _serve(box, profile, "--stop-after-ready")
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, out + err
+    assert "/metrics cache_config_info: not available" in out and "internal error" not in err
+    [rec] = box["logs"].glob("sec-*.json")
+    data = json.loads(rec.read_text())
+    assert data["exit"] == 0 and data["metrics_check"]["available"] is False
