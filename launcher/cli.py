@@ -963,6 +963,8 @@ def serve(
     run = serving.launch(result, options, echo=click.echo)
     if run.error:
         click.echo(f"vlaunch: error: {run.error}", err=True)
+    if run.warning:
+        click.echo(f"vlaunch: warning: {run.warning}", err=True)
     if run.record_path is not None:
         click.echo(f"run record: {run.record_path}")
     sys.exit(run.exit_code)

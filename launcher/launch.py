@@ -162,6 +162,14 @@ def metrics_check(facts: logs.LogFacts, labels: dict[str, str] | None, block_siz
     return out
 
 
+class _NotStarted(Exception):
+    """vLLM was not started: the exit code and the one line saying why."""
+
+    def __init__(self, code: int, line: str) -> None:
+        super().__init__(line)
+        self.code, self.line = code, line
+
+
 class _Stop(Exception):
     def __init__(self, signum: int) -> None:
         self.signum = signum
@@ -174,6 +182,7 @@ class RunResult:
     log: Path
     record_path: Path
     error: str | None = None  # one line (what; fix) when vLLM could not be started at all
+    warning: str | None = None  # one line when the run record could not be written
 
 
 def serve(
@@ -245,6 +254,7 @@ def serve(
     run_id = log_path.stem
     runtime, container = _launched_container(plan.argv) or ("docker", None)
     supervisor: Supervisor | None = None
+    saved = _RecordWriter(record_path)
     try:
         # the supervisor first: from here on, whatever way this process ends, nothing of the launch outlives it
         supervisor = Supervisor.start(run_id, container=container, runtime=runtime, record=record_path)
@@ -264,9 +274,7 @@ def serve(
             if not isinstance(e, FileNotFoundError | PermissionError):
                 reason = f"cannot be started ({e.strerror or e})"
             refusal = pf.missing_executable(plan, plan.argv[0], reason)
-            exit_code, error = refusal.code, refusal.line()
-            record["error"] = error
-            return RunResult(exit_code, record, log_path, record_path, error)
+            raise _NotStarted(refusal.code, refusal.line()) from e
         info["vllm_pid"] = proc.pid
         lock.update(info)
         echo(f"vLLM pid {proc.pid}; log {log_path}")
@@ -330,7 +338,7 @@ def serve(
                 check = metrics_check(f, cache_config_info(text_m), plan.prediction.layout.block_size)
                 record["metrics_check"] = check
                 echo(f"/metrics cache_config_info: {_metrics_line(check)}")
-                write_record(record_path, _finish(record, watcher, None))
+                saved.write(_finish(record, watcher, None))
                 echo(f"serving; run record {record_path}; Ctrl-C stops it")
                 if stop_after_ready:
                     break
@@ -348,6 +356,9 @@ def serve(
             if failure is not None:
                 echo(f"vLLM failed: {failure.kind}: {failure.message}")
                 echo(f"  fix: {failure.fix}")
+    except _NotStarted as e:
+        exit_code, error = e.code, e.line
+        record["error"] = error
     except _Stop as stop:
         name = signal.Signals(stop.signum).name
         echo(f"received {name}: stopping vLLM")
@@ -382,13 +393,30 @@ def serve(
         record["exit"] = exit_code
         with contextlib.suppress(OSError):
             log_fh.close()
-        write_record(record_path, _finish(record, watcher, time.monotonic() - t_start))
+        saved.write(_finish(record, watcher, time.monotonic() - t_start))
         if supervisor is not None:
             supervisor.done()  # vLLM is stopped: the supervisor has nothing to do
         lock.release()
         for signum, handler in old_handlers.items():
             signal.signal(signum, handler)
-    return RunResult(exit_code, record, log_path, record_path, error)
+    return RunResult(exit_code, record, log_path, record_path, error, warning=saved.failure)
+
+
+class _RecordWriter:
+    """Writes a run's record; a failed write (a full disk, a directory at the path) is kept as one line for a
+    warning, never a reason to stop vLLM or to change the run's exit code."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.failure: str | None = None
+
+    def write(self, record: dict[str, Any]) -> None:
+        try:
+            write_record(self.path, record)
+        except OSError as e:
+            self.failure = f"the run record was not written: {self.path}: {e.strerror or e}"
+        else:
+            self.failure = None
 
 
 @dataclass

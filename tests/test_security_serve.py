@@ -167,3 +167,26 @@ def test_serve_keeps_a_server_whose_metrics_labels_are_malformed(box: dict[str, 
     [rec] = box["logs"].glob("sec-*.json")
     data = json.loads(rec.read_text())
     assert data["exit"] == 0 and data["metrics_check"]["available"] is False
+
+
+# ---- H7: a record that cannot be written is a warning; the exit code stays ---------------------------------------
+
+
+def test_unwritable_record_is_a_warning_and_the_exit_code_is_kept(box: dict[str, Any]) -> None:
+    box["logs"].mkdir()
+    now = time.time()
+    for t in range(-2, 90):  # the record's name carries the second serve starts in: take every one of them
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now + t))
+        (box["logs"] / f"sec-{stamp}.json").mkdir()
+    p = _serve(box, _profile(box["tmp"], SLEEPER))
+    _wait_for_line(p, "vLLM pid")
+    time.sleep(0.5)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, out + err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("vlaunch: warning: the run record was not written"), err
+    assert ".tmp" not in err and "run record:" not in out
+    [log] = box["logs"].glob("sec-*.log")
+    assert sup.run_pids(log.stem) == []
+    assert guard.read_holder(box["run"] / "vlaunch" / "serve.lock") is None
