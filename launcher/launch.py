@@ -101,10 +101,14 @@ def new_log_paths(profile: str, logs_dir: Path) -> tuple[Path, Path]:
     raise RuntimeError("cannot create a run log")
 
 
+HTTP_READ_CAP = 16 << 20
+"""The most of a /health or /metrics answer read: a server that streams without end does not grow vlaunch."""
+
+
 def http_get(url: str, timeout: float = 2.0) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status, r.read().decode(errors="replace")
+            return r.status, r.read(HTTP_READ_CAP).decode(errors="replace")
     except urllib.error.HTTPError as e:
         return e.code, ""
     except (urllib.error.URLError, OSError, TimeoutError):
@@ -556,12 +560,18 @@ LINE_CAP = logs.STREAM_LINE_CAP
 """The most of one line of vLLM's output read, logged and parsed; the rest of a longer line is dropped unread."""
 
 
-def _pump(stream: IO[bytes] | None, q: queue.Queue[bytes | None]) -> None:
+def _pump(stream: IO[bytes] | None, q: queue.Queue[bytes | None], cap: int = LINE_CAP) -> None:
+    """Queue vLLM's output a line at a time, each line cut at `cap` bytes (and ended with a newline): a process
+    that writes without newlines cannot grow this one."""
     if stream is None:
         q.put(None)
         return
     with contextlib.suppress(ValueError, OSError):
-        for line in iter(stream.readline, b""):
+        while line := stream.readline(cap):
+            if len(line) >= cap and not line.endswith(b"\n"):
+                while (rest := stream.readline(cap)) and not rest.endswith(b"\n"):
+                    pass  # the rest of an over-long line: read and dropped, never held whole
+                line += b"\n"
             q.put(line)
     q.put(None)
 

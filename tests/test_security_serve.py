@@ -169,6 +169,44 @@ def test_serve_keeps_a_server_whose_metrics_labels_are_malformed(box: dict[str, 
     assert data["exit"] == 0 and data["metrics_check"]["available"] is False
 
 
+# ---- H6: vLLM's lines are read with a bound ----------------------------------------------------------------------
+
+
+def test_pump_caps_an_over_long_line() -> None:
+    cap = 4096
+    stream = io.BytesIO(b"a" * (10 * cap + 7) + b"\nnext\n" + b"b" * cap + b"\n" + b"tail")
+    q: queue.Queue[bytes | None] = queue.Queue()
+    launch._pump(stream, q, cap)
+    got = []
+    while (item := q.get_nowait()) is not None:
+        got.append(item)
+    assert got == [b"a" * cap + b"\n", b"next\n", b"b" * cap + b"\n", b"tail"]
+
+
+def test_pump_reads_a_pipe_without_holding_a_line_whole() -> None:
+    r, w = os.pipe()
+    q: queue.Queue[bytes | None] = queue.Queue()
+    with os.fdopen(r, "rb") as stream:
+        writer = subprocess.Popen(
+            [sys.executable, "-c", "import sys; sys.stdout.buffer.write(b'x' * (8 << 20) + b'\\nok\\n')"], stdout=w
+        )
+        os.close(w)
+        launch._pump(stream, q)
+        writer.wait(30)
+    first, second, end = q.get_nowait(), q.get_nowait(), q.get_nowait()
+    assert len(first) == launch.LINE_CAP + 1 and second == b"ok\n" and end is None
+
+
+def test_serve_logs_an_over_long_line_cut(box: dict[str, Any]) -> None:
+    script = "#!/bin/sh\nhead -c 3000000 /dev/zero | tr '\\0' x\necho\necho 'INFO after the long line'\nexit 3\n"
+    p = _serve(box, _profile(box["tmp"], script))
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 1, out + err
+    [log] = box["logs"].glob("sec-*.log")
+    assert log.stat().st_size <= launch.LINE_CAP + 1000
+    assert log.read_bytes().endswith(b"INFO after the long line\n")
+
+
 # ---- H7: a record that cannot be written is a warning; the exit code stays ---------------------------------------
 
 
