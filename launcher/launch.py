@@ -13,6 +13,7 @@ import json
 import os
 import queue
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -31,6 +32,7 @@ from launcher import calibration, guard, machines
 from launcher import preflight as pf
 from launcher import supervise as sup
 from launcher.check import compare, render_comparison
+from launcher.errors import VlaunchError
 from launcher.files import write_atomic
 from launcher.planning import Plan
 from launcher.records import dataclass
@@ -261,7 +263,10 @@ def serve(
     saved = _RecordWriter(record_path)
     try:
         # the supervisor first: from here on, whatever way this process ends, nothing of the launch outlives it
-        supervisor = Supervisor.start(run_id, container=container, runtime=runtime, record=record_path)
+        try:
+            supervisor = Supervisor.start(run_id, container=container, runtime=runtime, record=record_path)
+        except SupervisorError as e:  # nothing is started without it
+            raise _NotStarted(pf.EXIT_INTERNAL, e.one_line()) from e
         env = {**os.environ, **dict(plan.env), **(extra_env or {})}
         env |= {sup.MARKER_RUN: run_id, sup.MARKER_PID: sup.wrapper_marker()}
         try:
@@ -423,6 +428,29 @@ class _RecordWriter:
             self.failure = None
 
 
+class SupervisorError(VlaunchError):
+    """The supervisor did not start: nothing of the launch may run without it."""
+
+    exit_code = pf.EXIT_INTERNAL
+
+
+SUPERVISOR_READY_SECONDS = 30.0
+"""How long the supervisor may take to say it runs (an interpreter's start on a busy box) before serve gives up."""
+
+# The supervisor's interpreter runs isolated (-I: no current directory, PYTHONPATH or user site on sys.path) and
+# loads this very `launcher` package from its directory, so nothing in the directory `serve` runs from (a
+# `launcher/` package, a `launcher.py`) can stand in for it.
+_SUPERVISOR_BOOT = (
+    "import importlib.util, sys\n"
+    "pkg = sys.argv.pop(1)\n"
+    "init = pkg + '/__init__.py'\n"
+    "spec = importlib.util.spec_from_file_location('launcher', init, submodule_search_locations=[pkg])\n"
+    "mod = importlib.util.module_from_spec(spec); sys.modules['launcher'] = mod; spec.loader.exec_module(mod)\n"
+    "from launcher.supervise import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+
+
 @dataclass
 class Supervisor:
     """The `launcher.supervise` process of one launch and the write end of its pipe."""
@@ -432,23 +460,42 @@ class Supervisor:
 
     @classmethod
     def start(cls, run_id: str, *, container: str | None, record: Path, runtime: str = "docker") -> Supervisor:
+        """Start it and wait until it says it runs (on a pipe of its own); SupervisorError when it does not."""
         r, w = os.pipe()  # both ends close-on-exec: only the supervisor gets `r` (pass_fds), vLLM neither
-        argv = [sys.executable, "-m", "launcher.supervise", "--fd", str(r), "--run-id", run_id]
-        argv += ["--record", str(record)] + (["--container", container, "--runtime", runtime] if container else [])
+        ready_r, ready_w = os.pipe()
+        argv = [sys.executable, "-I", "-c", _SUPERVISOR_BOOT, str(Path(sup.__file__).resolve().parent)]
+        argv += ["--fd", str(r), "--ready-fd", str(ready_w), "--run-id", run_id, "--record", str(record)]
+        argv += ["--container", container, "--runtime", runtime] if container else []
         env = {k: v for k, v in os.environ.items() if k not in (sup.MARKER_RUN, sup.MARKER_PID)}
+        proc: subprocess.Popen[bytes] | None = None
         try:
-            proc = subprocess.Popen(
-                argv,
-                pass_fds=(r,),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                env=env,
-                start_new_session=True,  # outside our process group: what kills ours does not kill it
-            )
+            try:
+                proc = subprocess.Popen(
+                    argv,
+                    pass_fds=(r, ready_w),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    env=env,
+                    start_new_session=True,  # outside our process group: what kills ours does not kill it
+                )
+            finally:
+                os.close(r)
+                os.close(ready_w)
+            said = _read_ready(ready_r, SUPERVISOR_READY_SECONDS)
+            if said != sup.READY:
+                why = "it exited" if proc.poll() is not None else f"no word within {SUPERVISOR_READY_SECONDS:.0f} s"
+                raise SupervisorError(f"the supervisor process did not start ({why}); nothing was launched")
+            return cls(proc, w)
+        except OSError as e:
+            _abandon(proc, w)
+            why = e.strerror or str(e)
+            raise SupervisorError(f"the supervisor process did not start ({why}); nothing was launched") from None
+        except BaseException:
+            _abandon(proc, w)
+            raise
         finally:
-            os.close(r)
-        return cls(proc, w)
+            os.close(ready_r)
 
     def done(self) -> None:
         """vLLM is stopped: tell the supervisor, which then exits."""
@@ -461,6 +508,32 @@ class Supervisor:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(5)
+
+
+def _read_ready(fd: int, timeout: float) -> bytes:
+    """What the supervisor writes on its ready pipe before it closes it (or dies), read for up to `timeout` s."""
+    got = b""
+    end = time.monotonic() + timeout
+    while got != sup.READY and len(got) < 64 and (left := end - time.monotonic()) > 0:
+        readable, _, _ = select.select([fd], [], [], left)
+        if not readable:
+            break
+        chunk = os.read(fd, 64)
+        if not chunk:
+            break
+        got += chunk
+    return got
+
+
+def _abandon(proc: subprocess.Popen[bytes] | None, fd: int) -> None:
+    """A supervisor that did not start: close its pipe and make sure it is gone."""
+    with contextlib.suppress(OSError):
+        os.close(fd)
+    if proc is not None:
+        with contextlib.suppress(OSError):
+            proc.kill()
+        with contextlib.suppress(subprocess.SubprocessError):
+            proc.wait(5)
 
 
 def _launched_container(argv: tuple[str, ...] | list[str]) -> tuple[str, str] | None:

@@ -118,6 +118,52 @@ def _wait_gone(run: str, timeout: float) -> list[int]:
     return sup.run_pids(run)
 
 
+# ---- S3: the supervisor is this install's, whatever the current directory holds ---------------------------------
+
+
+@pytest.mark.parametrize("planted", ["package", "module"])
+def test_planted_launcher_in_cwd_never_runs_and_the_supervisor_still_does(box: dict[str, Any], planted: str) -> None:
+    evil = box["tmp"] / "evil"
+    pwned = box["tmp"] / "PWNED"
+    code = f"open({str(pwned)!r}, 'w').write('planted code ran')\n"
+    if planted == "package":
+        (evil / "launcher").mkdir(parents=True)
+        (evil / "launcher" / "__init__.py").write_text(code)
+        (evil / "launcher" / "supervise.py").write_text(code)
+    else:
+        evil.mkdir()
+        (evil / "launcher.py").write_text(code)
+    profile = _profile(box["tmp"], "#!/bin/sh\necho 'INFO starting'\nsetsid sleep 300 &\nexec sleep 300\n")
+    p = _serve(box, profile, cwd=evil)
+    _wait_for_line(p, "vLLM pid")
+    time.sleep(0.5)  # the stand-in has started its worker
+    [log] = box["logs"].glob("sec-*.log")
+    assert len(sup.run_pids(log.stem)) >= 2
+    p.send_signal(signal.SIGKILL)
+    p.wait(10)
+    assert _wait_gone(log.stem, 20) == [], "the supervisor did not stop vLLM after serve was killed"
+    assert not pwned.exists(), "code from the current directory ran"
+
+
+def test_serve_refuses_when_the_supervisor_does_not_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    started = tmp_path / "VLLM_STARTED"
+    profile = _profile(tmp_path, f"#!/bin/sh\ntouch {started}\nexec sleep 300\n")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(run_dir))
+    monkeypatch.setattr(launch, "_SUPERVISOR_BOOT", "import sys; sys.exit(1)")
+    logs_dir = tmp_path / "logs"
+    r = CliRunner().invoke(main, ["serve", str(profile), "--logs-dir", str(logs_dir), "--skip-preflight"])
+    assert r.exit_code == 70, r.output
+    errors = [line for line in r.stderr.splitlines() if line.startswith("vlaunch: error:")]
+    assert len(errors) == 1 and "supervisor" in errors[0] and "nothing was launched" in errors[0], r.stderr
+    assert not started.exists()  # vLLM never started
+    [rec] = logs_dir.glob("sec-*.json")
+    data = json.loads(rec.read_text())
+    assert data["exit"] == 70 and "supervisor" in data["error"]
+    assert guard.read_holder(run_dir / "vlaunch" / "serve.lock") is None
+
+
 # ---- H4: a malformed /metrics label is "not available" -----------------------------------------------------------
 
 
