@@ -36,6 +36,7 @@ from launcher.errors import VlaunchError
 from launcher.files import write_atomic
 from launcher.planning import Plan
 from launcher.records import dataclass
+from launcher.redact import Masker
 from launcher.vllm import logs
 from launcher.vllm import pool as vp
 from launcher.vllm import versions as V
@@ -95,7 +96,7 @@ def new_log_paths(profile: str, logs_dir: Path) -> tuple[Path, Path]:
         suffix = "" if n == 0 else f"-{n}"
         log = logs_dir / f"{profile}-{stamp}{suffix}.log"
         try:
-            fd = os.open(log, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            fd = os.open(log, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)  # vLLM's output: its owner's only
         except FileExistsError:
             continue
         os.close(fd)
@@ -223,7 +224,7 @@ def serve(
         "port": profile.vllm.port,
         "host": profile.vllm.host,
         "vllm_pid": None,
-        "argv": list(plan.argv),
+        "argv": plan.shown_argv,  # secret values masked here, in the record and in the log; vLLM gets them
     }
     lock.acquire(info)  # first: a serve the lock refuses leaves no run log behind
     try:
@@ -237,7 +238,7 @@ def serve(
         "profile": profile.name,
         "profile_path": profile.source,
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "argv": list(plan.argv),
+        "argv": plan.shown_argv,
         "log": str(log_path),
         "predicted": plan.to_json(),
     }
@@ -269,6 +270,7 @@ def serve(
             raise _NotStarted(pf.EXIT_INTERNAL, e.one_line()) from e
         env = {**os.environ, **dict(plan.env), **(extra_env or {})}
         env |= {sup.MARKER_RUN: run_id, sup.MARKER_PID: sup.wrapper_marker()}
+        mask = Masker.of(plan.argv, env)  # vLLM prints its arguments (`non-default args`): not into our log
         try:
             proc = subprocess.Popen(
                 list(plan.argv),
@@ -305,6 +307,7 @@ def serve(
             if raw is None:
                 break
             if raw:
+                raw = mask.line(raw)
                 log_fh.write(raw)
                 text = raw.decode("utf-8", errors="replace")
                 if verbose:
@@ -581,8 +584,9 @@ def _note_watchdog(record: dict[str, Any], event: Event, echo: Callable[[str], N
 
 
 def write_record(path: Path, record: dict[str, Any]) -> None:
-    """Write a run record atomically: a reader sees the old record or the new one, never half of one."""
-    write_atomic(path, json.dumps(record, indent=2))
+    """Write a run record atomically: a reader sees the old record or the new one, never half of one. Mode 0600:
+    it holds the launch's command and environment. Raises OSError."""
+    write_atomic(path, json.dumps(record, indent=2), mode=0o600)
 
 
 def _calibrate_cpu(plan: Plan, f: logs.LogFacts, record: dict[str, Any]) -> None:

@@ -192,7 +192,7 @@ def _note_in_record(record: str | None, stopped: list[int], left: list[int]) -> 
     )
     data.setdefault("exit", None)
     with contextlib.suppress(OSError):
-        write_atomic(path, json.dumps(data, indent=2))
+        write_atomic(path, json.dumps(data, indent=2), mode=0o600)  # a run record is its owner's only
 
 
 def supervise(

@@ -164,6 +164,105 @@ def test_serve_refuses_when_the_supervisor_does_not_start(tmp_path: Path, monkey
     assert guard.read_holder(run_dir / "vlaunch" / "serve.lock") is None
 
 
+# ---- S8: secrets are masked in what is shown and stored, and reach vLLM -----------------------------------------
+
+
+def _no_secret(text: str, where: str) -> None:
+    for s in SECRETS:
+        assert s not in text, f"{s} in {where}: {text[-3000:]}"
+
+
+def test_secrets_masked_in_plan_dry_run_and_json(tmp_path: Path) -> None:
+    profile = _profile(tmp_path, SLEEPER, extra=SECRET_EXTRA)
+    run = CliRunner()
+    for args in (
+        ["plan", str(profile)],
+        ["plan", str(profile), "--json"],
+        ["serve", str(profile), "--dry-run", "--skip-preflight"],
+        ["serve", str(profile), "--dry-run", "--skip-preflight", "--json"],
+    ):
+        r = run.invoke(main, args)
+        assert r.exit_code == 0, r.output
+        _no_secret(r.output, " ".join(args[:1] + args[2:]))
+        assert "***" in r.stdout and "visible-value" in r.stdout
+    d = json.loads(run.invoke(main, ["plan", str(profile), "--json"]).stdout)
+    assert d["vllm_env"] == {"HF_TOKEN": "***", "MY_API_KEY": "***", "VLLM_PLAIN": "visible-value"}
+    assert d["vllm_argv"][-2:] == ["--api-key", "***"]
+
+
+def test_secrets_masked_in_a_container_command(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(TINY.read_text())
+    profile = tmp_path / "box.yaml"
+    profile.write_text(
+        f"name: box\nmodel: {model}\nmachine: cpu\nmax_model_len: 2048\n"
+        f'vllm:\n  version: "0.19.0"\n  launch: container\n  image: vllm/vllm-openai:v0.19.0\n{SECRET_EXTRA}'
+    )
+    r = CliRunner().invoke(main, ["serve", str(profile), "--dry-run", "--skip-preflight", "--json"])
+    assert r.exit_code == 0, r.output
+    _no_secret(r.stdout, "a container launch's dry run")
+    argv = json.loads(r.stdout)["argv"]
+    assert "HF_TOKEN=***" in argv and "MY_API_KEY=***" in argv and "VLLM_PLAIN=visible-value" in argv
+
+
+def test_secrets_reach_vllm_but_not_the_lock_record_or_log(box: dict[str, Any]) -> None:
+    seen = box["tmp"] / "seen"
+    script = (  # prints its arguments and environment the way vLLM's `non-default args` line does
+        "#!/bin/sh\n"
+        f'echo "$HF_TOKEN $MY_API_KEY $*" > {seen}\n'
+        'echo "INFO non-default args: $* hf_token=$HF_TOKEN key=$MY_API_KEY"\n'
+        "exec sleep 300\n"
+    )
+    p = _serve(box, _profile(box["tmp"], script, extra=SECRET_EXTRA))
+    _wait_for_line(p, "vLLM pid")
+    end = time.monotonic() + 30
+    while not (seen.exists() and seen.read_text()) and time.monotonic() < end:
+        time.sleep(0.1)
+    lock = (box["run"] / "vlaunch" / "serve.lock").read_text()
+    _no_secret(lock, "the box lock")
+    assert "***" in lock
+    time.sleep(1.0)  # the argument line reaches the log
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, out + err
+    _no_secret(out + err, "serve's output")
+    got = seen.read_text()
+    assert HF_SECRET in got and KEY_SECRET in got and ARG_SECRET in got  # vLLM was given the real values
+    [rec] = box["logs"].glob("sec-*.json")
+    [log] = box["logs"].glob("sec-*.log")
+    _no_secret(rec.read_text(), "the run record")
+    _no_secret(log.read_text(), "the run log")
+    assert "non-default args" in log.read_text()
+    data = json.loads(rec.read_text())
+    assert data["predicted"]["vllm_env"]["HF_TOKEN"] == "***" and "***" in data["argv"]
+    for path in (rec, log):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+
+
+def test_secret_spellings_are_masked_and_nothing_else() -> None:
+    from launcher import redact
+
+    words = ["docker", "run", "-e", "HF_TOKEN=hf_a1", "--env=VLLM_API_KEY=key_b2", "-e", "VLLM_PORT=1", "img",
+             "vllm", "serve", "m", "--api-key", "k1", "k2", "--port", "8000", "--hf_token=t3",
+             "--ssl-keyfile", "/etc/k.pem", "--ssl-keyfile-password", "pw4", "--max-num-batched-tokens", "8192",
+             "--tokenizer", "tok"]  # fmt: skip
+    shown = redact.argv(words)
+    assert shown == ["docker", "run", "-e", "HF_TOKEN=***", "--env=VLLM_API_KEY=***", "-e", "VLLM_PORT=1", "img",
+                     "vllm", "serve", "m", "--api-key", "***", "***", "--port", "8000", "--hf_token=***",
+                     "--ssl-keyfile", "/etc/k.pem", "--ssl-keyfile-password", "***", "--max-num-batched-tokens",
+                     "8192", "--tokenizer", "tok"]  # fmt: skip
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "GITHUB_TOKEN", "OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY",
+                 "DB_PASSWORD"):  # fmt: skip
+        assert redact.secret_name(name), name
+    for name in ("VLLM_PORT", "MAX_TOKENS", "TOKENIZERS_PARALLELISM", "HF_HOME"):
+        assert not redact.secret_name(name), name
+    mask = redact.Masker.of(words, {"HF_TOKEN": "hf_fromtheprofile"})
+    assert mask.line(b"args: {'api_key': ['k1'], 'token': 'hf_fromtheprofile'}\n") == (
+        b"args: {'api_key': ['k1'], 'token': '***'}\n"
+    )
+
+
 # ---- H4: a malformed /metrics label is "not available" -----------------------------------------------------------
 
 
