@@ -931,7 +931,7 @@ def serve(
     checked = serving.preflight_here(result, options)
     findings = pf.preflight(result) if dry_run and checked else None
     if as_json and dry_run:
-        out = {"plan": result.to_json(), "guard": verdict, "argv": list(result.argv)}
+        out = {"plan": result.to_json(), "guard": verdict, "argv": result.shown_argv}
         emit_json({**out, "preflight": None if findings is None else [f.to_json() for f in findings]})
     else:
         click.echo(render_plan(result, bar=_bar_style(False)))
@@ -963,6 +963,8 @@ def serve(
     run = serving.launch(result, options, echo=click.echo)
     if run.error:
         click.echo(f"vlaunch: error: {run.error}", err=True)
+    if run.warning:
+        click.echo(f"vlaunch: warning: {run.warning}", err=True)
     if run.record_path is not None:
         click.echo(f"run record: {run.record_path}")
     sys.exit(run.exit_code)

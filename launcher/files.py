@@ -51,13 +51,15 @@ def open_regular(path: str | os.PathLike[str], error: type[VlaunchError] = Vlaun
         raise
 
 
-def write_atomic(path: str | os.PathLike[str], text: str) -> None:
+def write_atomic(path: str | os.PathLike[str], text: str, *, mode: int = 0o666) -> None:
     """Write `text` to `path` through a new file beside it and a rename: a reader sees the old file or the new one,
-    never half of one, and a symlink at `path` is replaced, its target left alone. Raises OSError."""
+    never half of one, and a symlink at `path` is replaced, its target left alone. The new file gets `mode` (less
+    the umask; 0o600 for a file only its owner may read). Raises OSError."""
     target = os.fspath(path)
     tmp = os.path.join(os.path.dirname(target) or ".", f".{os.path.basename(target)}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "x", encoding="utf-8") as fh:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), mode)
+    try:  # from here on the new file is ours: remove it on any failure (never a file that was there before)
+        with open(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
         os.replace(tmp, target)
     except BaseException:

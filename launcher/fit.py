@@ -165,7 +165,7 @@ class Row:
             "reasons": ([self.plan.invalid] if self.plan.invalid else []) + list(p.reasons),
             "kv_pool_tokens": p.pool.tokens,
             "max_concurrency": round(p.pool.max_concurrency, 2),
-            "vllm_argv": list(self.plan.argv),
+            "vllm_argv": self.plan.shown_argv,
         }
 
 

@@ -13,6 +13,7 @@ import json
 import os
 import queue
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -31,9 +32,11 @@ from launcher import calibration, guard, machines
 from launcher import preflight as pf
 from launcher import supervise as sup
 from launcher.check import compare, render_comparison
+from launcher.errors import VlaunchError
 from launcher.files import write_atomic
 from launcher.planning import Plan
 from launcher.records import dataclass
+from launcher.redact import Masker
 from launcher.vllm import logs
 from launcher.vllm import pool as vp
 from launcher.vllm import versions as V
@@ -93,7 +96,7 @@ def new_log_paths(profile: str, logs_dir: Path) -> tuple[Path, Path]:
         suffix = "" if n == 0 else f"-{n}"
         log = logs_dir / f"{profile}-{stamp}{suffix}.log"
         try:
-            fd = os.open(log, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            fd = os.open(log, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)  # vLLM's output: its owner's only
         except FileExistsError:
             continue
         os.close(fd)
@@ -101,10 +104,14 @@ def new_log_paths(profile: str, logs_dir: Path) -> tuple[Path, Path]:
     raise RuntimeError("cannot create a run log")
 
 
+HTTP_READ_CAP = 16 << 20
+"""The most of a /health or /metrics answer read: a server that streams without end does not grow vlaunch."""
+
+
 def http_get(url: str, timeout: float = 2.0) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status, r.read().decode(errors="replace")
+            return r.status, r.read(HTTP_READ_CAP).decode(errors="replace")
     except urllib.error.HTTPError as e:
         return e.code, ""
     except (urllib.error.URLError, OSError, TimeoutError):
@@ -121,26 +128,53 @@ def cache_config_info(metrics_text: str) -> dict[str, str] | None:
     return None
 
 
+_COUNT = re.compile(r"[0-9]{1,18}")
+
+
+def _count_label(labels: dict[str, str], key: str, malformed: list[str]) -> int | None:
+    """A count label's value; None when absent or "None" (not known yet), and when not a plain non-negative integer
+    (noted in `malformed`): a label vLLM's server writes is not input vlaunch stops a running server over."""
+    value = labels.get(key)
+    if not value or value == "None":
+        return None
+    if _COUNT.fullmatch(value.strip()) is None:
+        malformed.append(key)
+        return None
+    return int(value.strip())
+
+
 def metrics_check(facts: logs.LogFacts, labels: dict[str, str] | None, block_size: int) -> dict[str, Any]:
-    """/metrics vllm:cache_config_info against the log: num_gpu_blocks, and kv_cache_size_tokens (0.28+)."""
+    """/metrics vllm:cache_config_info against the log: num_gpu_blocks, and kv_cache_size_tokens (0.28+). A label
+    that is not a count is left out (listed under "malformed"); with none left the check is not available."""
     if labels is None:
         return {"available": False}
-    out: dict[str, Any] = {"available": True}
-    blocks = labels.get("num_gpu_blocks")
-    tokens = labels.get("kv_cache_size_tokens")
-    if blocks and blocks != "None":
-        out["num_gpu_blocks"] = int(blocks)
-        bs = int(labels.get("block_size", block_size) or block_size)
+    malformed: list[str] = []
+    blocks = _count_label(labels, "num_gpu_blocks", malformed)
+    tokens = _count_label(labels, "kv_cache_size_tokens", malformed)
+    bs = _count_label(labels, "block_size", malformed) or block_size
+    out: dict[str, Any] = {"available": not malformed or blocks is not None or tokens is not None}
+    if malformed:
+        out["malformed"] = malformed
+    if blocks is not None:
+        out["num_gpu_blocks"] = blocks
         if facts.num_blocks is not None:
-            out["blocks_agree"] = int(blocks) == facts.num_blocks
+            out["blocks_agree"] = blocks == facts.num_blocks
         elif facts.kv_pool_tokens is not None and facts.max_concurrency is not None:
-            out["blocks_agree"] = int(blocks) * bs >= facts.kv_pool_tokens
-    if tokens and tokens != "None":
-        out["kv_cache_size_tokens"] = int(tokens)
+            out["blocks_agree"] = blocks * bs >= facts.kv_pool_tokens
+    if tokens is not None:
+        out["kv_cache_size_tokens"] = tokens
         if facts.kv_pool_tokens is not None:
-            out["tokens_agree"] = int(tokens) == facts.kv_pool_tokens
+            out["tokens_agree"] = tokens == facts.kv_pool_tokens
     out["agree"] = all(v for k, v in out.items() if k.endswith("_agree"))
     return out
+
+
+class _NotStarted(Exception):
+    """vLLM was not started: the exit code and the one line saying why."""
+
+    def __init__(self, code: int, line: str) -> None:
+        super().__init__(line)
+        self.code, self.line = code, line
 
 
 class _Stop(Exception):
@@ -155,6 +189,7 @@ class RunResult:
     log: Path
     record_path: Path
     error: str | None = None  # one line (what; fix) when vLLM could not be started at all
+    warning: str | None = None  # one line when the run record could not be written
 
 
 def serve(
@@ -189,7 +224,7 @@ def serve(
         "port": profile.vllm.port,
         "host": profile.vllm.host,
         "vllm_pid": None,
-        "argv": list(plan.argv),
+        "argv": plan.shown_argv,  # secret values masked here, in the record and in the log; vLLM gets them
     }
     lock.acquire(info)  # first: a serve the lock refuses leaves no run log behind
     try:
@@ -203,7 +238,7 @@ def serve(
         "profile": profile.name,
         "profile_path": profile.source,
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "argv": list(plan.argv),
+        "argv": plan.shown_argv,
         "log": str(log_path),
         "predicted": plan.to_json(),
     }
@@ -227,13 +262,18 @@ def serve(
     run_id = log_path.stem
     runtime, container = _launched_container(plan.argv) or ("docker", None)
     supervisor: Supervisor | None = None
+    saved = _RecordWriter(record_path)
     try:
         # the supervisor first: from here on, whatever way this process ends, nothing of the launch outlives it
-        supervisor = Supervisor.start(run_id, container=container, runtime=runtime, record=record_path)
+        try:
+            supervisor = Supervisor.start(run_id, container=container, runtime=runtime, record=record_path)
+        except SupervisorError as e:  # nothing is started without it
+            raise _NotStarted(pf.EXIT_INTERNAL, e.one_line()) from e
         env = {**os.environ, **dict(plan.env), **(extra_env or {})}
         env |= {sup.MARKER_RUN: run_id, sup.MARKER_PID: sup.wrapper_marker()}
         if container:  # an orphaned client names its container to `vlaunch stop --orphans`
             env[sup.MARKER_CONTAINER] = sup.container_marker(runtime, container)
+        mask = Masker.of(plan.argv, env)  # vLLM prints its arguments (`non-default args`): not into our log
         try:
             proc = subprocess.Popen(
                 list(plan.argv),
@@ -248,9 +288,7 @@ def serve(
             if not isinstance(e, FileNotFoundError | PermissionError):
                 reason = f"cannot be started ({e.strerror or e})"
             refusal = pf.missing_executable(plan, plan.argv[0], reason)
-            exit_code, error = refusal.code, refusal.line()
-            record["error"] = error
-            return RunResult(exit_code, record, log_path, record_path, error)
+            raise _NotStarted(refusal.code, refusal.line()) from e
         info["vllm_pid"] = proc.pid
         vllm_started = sup.start_time(proc.pid)  # with the pid, names vLLM for the clean-up even once it is reaped
         lock.update(info)
@@ -273,6 +311,7 @@ def serve(
             if raw is None:
                 break
             if raw:
+                raw = mask.line(raw)
                 log_fh.write(raw)
                 text = raw.decode("utf-8", errors="replace")
                 if verbose:
@@ -315,7 +354,7 @@ def serve(
                 check = metrics_check(f, cache_config_info(text_m), plan.prediction.layout.block_size)
                 record["metrics_check"] = check
                 echo(f"/metrics cache_config_info: {_metrics_line(check)}")
-                write_record(record_path, _finish(record, watcher, None))
+                saved.write(_finish(record, watcher, None))
                 echo(f"serving; run record {record_path}; Ctrl-C stops it")
                 if stop_after_ready:
                     break
@@ -333,6 +372,9 @@ def serve(
             if failure is not None:
                 echo(f"vLLM failed: {failure.kind}: {failure.message}")
                 echo(f"  fix: {failure.fix}")
+    except _NotStarted as e:
+        exit_code, error = e.code, e.line
+        record["error"] = error
     except _Stop as stop:
         name = signal.Signals(stop.signum).name
         echo(f"received {name}: stopping vLLM")
@@ -368,13 +410,53 @@ def serve(
         record["exit"] = exit_code
         with contextlib.suppress(OSError):
             log_fh.close()
-        write_record(record_path, _finish(record, watcher, time.monotonic() - t_start))
+        saved.write(_finish(record, watcher, time.monotonic() - t_start))
         if supervisor is not None:
             supervisor.done()  # vLLM is stopped: the supervisor has nothing to do
         lock.release()
         for signum, handler in old_handlers.items():
             signal.signal(signum, handler)
-    return RunResult(exit_code, record, log_path, record_path, error)
+    return RunResult(exit_code, record, log_path, record_path, error, warning=saved.failure)
+
+
+class _RecordWriter:
+    """Writes a run's record; a failed write (a full disk, a directory at the path) is kept as one line for a
+    warning, never a reason to stop vLLM or to change the run's exit code."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.failure: str | None = None
+
+    def write(self, record: dict[str, Any]) -> None:
+        try:
+            write_record(self.path, record)
+        except OSError as e:
+            self.failure = f"the run record was not written: {self.path}: {e.strerror or e}"
+        else:
+            self.failure = None
+
+
+class SupervisorError(VlaunchError):
+    """The supervisor did not start: nothing of the launch may run without it."""
+
+    exit_code = pf.EXIT_INTERNAL
+
+
+SUPERVISOR_READY_SECONDS = 30.0
+"""How long the supervisor may take to say it runs (an interpreter's start on a busy box) before serve gives up."""
+
+# The supervisor's interpreter runs isolated (-I: no current directory, PYTHONPATH or user site on sys.path) and
+# loads this very `launcher` package from its directory, so nothing in the directory `serve` runs from (a
+# `launcher/` package, a `launcher.py`) can stand in for it.
+_SUPERVISOR_BOOT = (
+    "import importlib.util, sys\n"
+    "pkg = sys.argv.pop(1)\n"
+    "init = pkg + '/__init__.py'\n"
+    "spec = importlib.util.spec_from_file_location('launcher', init, submodule_search_locations=[pkg])\n"
+    "mod = importlib.util.module_from_spec(spec); sys.modules['launcher'] = mod; spec.loader.exec_module(mod)\n"
+    "from launcher.supervise import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
 
 
 @dataclass
@@ -386,23 +468,42 @@ class Supervisor:
 
     @classmethod
     def start(cls, run_id: str, *, container: str | None, record: Path, runtime: str = "docker") -> Supervisor:
+        """Start it and wait until it says it runs (on a pipe of its own); SupervisorError when it does not."""
         r, w = os.pipe()  # both ends close-on-exec: only the supervisor gets `r` (pass_fds), vLLM neither
-        argv = [sys.executable, "-m", "launcher.supervise", "--fd", str(r), "--run-id", run_id]
-        argv += ["--record", str(record)] + (["--container", container, "--runtime", runtime] if container else [])
+        ready_r, ready_w = os.pipe()
+        argv = [sys.executable, "-I", "-c", _SUPERVISOR_BOOT, str(Path(sup.__file__).resolve().parent)]
+        argv += ["--fd", str(r), "--ready-fd", str(ready_w), "--run-id", run_id, "--record", str(record)]
+        argv += ["--container", container, "--runtime", runtime] if container else []
         env = {k: v for k, v in os.environ.items() if k not in sup.MARKERS}
+        proc: subprocess.Popen[bytes] | None = None
         try:
-            proc = subprocess.Popen(
-                argv,
-                pass_fds=(r,),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                env=env,
-                start_new_session=True,  # outside our process group: what kills ours does not kill it
-            )
+            try:
+                proc = subprocess.Popen(
+                    argv,
+                    pass_fds=(r, ready_w),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    env=env,
+                    start_new_session=True,  # outside our process group: what kills ours does not kill it
+                )
+            finally:
+                os.close(r)
+                os.close(ready_w)
+            said = _read_ready(ready_r, SUPERVISOR_READY_SECONDS)
+            if said != sup.READY:
+                why = "it exited" if proc.poll() is not None else f"no word within {SUPERVISOR_READY_SECONDS:.0f} s"
+                raise SupervisorError(f"the supervisor process did not start ({why}); nothing was launched")
+            return cls(proc, w)
+        except OSError as e:
+            _abandon(proc, w)
+            why = e.strerror or str(e)
+            raise SupervisorError(f"the supervisor process did not start ({why}); nothing was launched") from None
+        except BaseException:
+            _abandon(proc, w)
+            raise
         finally:
-            os.close(r)
-        return cls(proc, w)
+            os.close(ready_r)
 
     def done(self) -> None:
         """vLLM is stopped: tell the supervisor, which then exits."""
@@ -415,6 +516,32 @@ class Supervisor:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(5)
+
+
+def _read_ready(fd: int, timeout: float) -> bytes:
+    """What the supervisor writes on its ready pipe before it closes it (or dies), read for up to `timeout` s."""
+    got = b""
+    end = time.monotonic() + timeout
+    while got != sup.READY and len(got) < 64 and (left := end - time.monotonic()) > 0:
+        readable, _, _ = select.select([fd], [], [], left)
+        if not readable:
+            break
+        chunk = os.read(fd, 64)
+        if not chunk:
+            break
+        got += chunk
+    return got
+
+
+def _abandon(proc: subprocess.Popen[bytes] | None, fd: int) -> None:
+    """A supervisor that did not start: close its pipe and make sure it is gone."""
+    with contextlib.suppress(OSError):
+        os.close(fd)
+    if proc is not None:
+        with contextlib.suppress(OSError):
+            proc.kill()
+        with contextlib.suppress(subprocess.SubprocessError):
+            proc.wait(5)
 
 
 def _launched_container(argv: tuple[str, ...] | list[str]) -> tuple[str, str] | None:
@@ -462,8 +589,9 @@ def _note_watchdog(record: dict[str, Any], event: Event, echo: Callable[[str], N
 
 
 def write_record(path: Path, record: dict[str, Any]) -> None:
-    """Write a run record atomically: a reader sees the old record or the new one, never half of one."""
-    write_atomic(path, json.dumps(record, indent=2))
+    """Write a run record atomically: a reader sees the old record or the new one, never half of one. Mode 0600:
+    it holds the launch's command and environment. Raises OSError."""
+    write_atomic(path, json.dumps(record, indent=2), mode=0o600)
 
 
 def _calibrate_cpu(plan: Plan, f: logs.LogFacts, record: dict[str, Any]) -> None:
@@ -496,22 +624,36 @@ def _finish(record: dict[str, Any], watcher: Watcher, wall: float | None) -> dic
 
 
 def _metrics_line(check: dict[str, Any]) -> str:
+    odd = f" (malformed: {', '.join(check['malformed'])})" if check.get("malformed") else ""
     if not check.get("available"):
-        return "not available"
+        return "not available" + odd
     parts = []
     if "num_gpu_blocks" in check:
         parts.append(f"num_gpu_blocks {check['num_gpu_blocks']:,}")
     if "kv_cache_size_tokens" in check:
         parts.append(f"kv_cache_size_tokens {check['kv_cache_size_tokens']:,}")
-    return ", ".join(parts) + (" — agrees with the log" if check.get("agree") else " — DISAGREES with the log")
+    if not parts:
+        return "not available" + odd
+    agrees = " — agrees with the log" if check.get("agree") else " — DISAGREES with the log"
+    return ", ".join(parts) + agrees + odd
 
 
-def _pump(stream: IO[bytes] | None, q: queue.Queue[bytes | None]) -> None:
+LINE_CAP = logs.STREAM_LINE_CAP
+"""The most of one line of vLLM's output read, logged and parsed; the rest of a longer line is dropped unread."""
+
+
+def _pump(stream: IO[bytes] | None, q: queue.Queue[bytes | None], cap: int = LINE_CAP) -> None:
+    """Queue vLLM's output a line at a time, each line cut at `cap` bytes (and ended with a newline): a process
+    that writes without newlines cannot grow this one."""
     if stream is None:
         q.put(None)
         return
     with contextlib.suppress(ValueError, OSError):
-        for line in iter(stream.readline, b""):
+        while line := stream.readline(cap):
+            if len(line) >= cap and not line.endswith(b"\n"):
+                while (rest := stream.readline(cap)) and not rest.endswith(b"\n"):
+                    pass  # the rest of an over-long line: read and dropped, never held whole
+                line += b"\n"
             q.put(line)
     q.put(None)
 

@@ -26,6 +26,7 @@ from launcher.modelsource import ModelSource, read_model
 from launcher.modelsource import load as _load_source
 from launcher.profiles import Profile
 from launcher.records import dataclass
+from launcher.redact import Masker
 from launcher.units import GiB, gib_to_bytes
 from launcher.vllm import pool as vp
 from launcher.vllm import quant, specs
@@ -102,6 +103,17 @@ class Plan:
         return out
 
     @property
+    def shown_argv(self) -> list[str]:
+        """The launch command as vlaunch prints and records it: secret values (`--api-key`, `-e HF_TOKEN=…`)
+        masked. `argv` is what runs."""
+        return Masker.of(self.argv, self.env).argv(self.argv)
+
+    @property
+    def shown_env(self) -> dict[str, str]:
+        """The profile's environment for vLLM as printed and recorded: secret-named variables masked."""
+        return Masker.of(self.argv, self.env).env(self.env)
+
+    @property
     def stored(self) -> formats.FormatSpec:
         """The format the checkpoint's weights are stored in (what its quantization_config says)."""
         return stored_format(self.shape, self.source)
@@ -163,9 +175,9 @@ class Plan:
             "reading": self.reading.to_json() if self.reading else None,
             "ranks": list(self.ranks),
             "bottleneck_rank": next((r["rank"] for r in self.ranks if r["bottleneck"]), 0),
-            "vllm_argv": list(self.argv),
+            "vllm_argv": self.shown_argv,
             "vllm_request": {k: list(v) if isinstance(v, tuple) else v for k, v in self.request.items()},
-            "vllm_env": dict(self.env),
+            "vllm_env": self.shown_env,
             "predicted_log_line": vp.format_tokens_line(p.pool, p.args.max_model_len, p.args.version, p.args.platform),
         }
 

@@ -208,8 +208,8 @@ def render_plan(plan: Plan, *, bar: BarStyle | None = "ascii") -> str:
         if p.fixes:
             lines.append("  cheapest fixes: " + "; ".join(p.fixes))
     lines.append("")
-    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in plan.env)
-    lines.append("command: " + (env + " " if env else "") + shlex.join(plan.argv))
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in plan.shown_env.items())
+    lines.append("command: " + (env + " " if env else "") + shlex.join(plan.shown_argv))
     return "\n".join(lines)
 
 

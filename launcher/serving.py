@@ -102,8 +102,9 @@ class Served:
     """How a launch ended: the exit code, the run record's path, and the one-line error when vLLM never started."""
 
     exit_code: int
-    record_path: Path | None
+    record_path: Path | None  # None: the record could not be written (`warning` says why)
     error: str | None = None
+    warning: str | None = None
 
 
 def launch(plan: Plan, options: ServeOptions, *, echo: Echo) -> Served:
@@ -126,7 +127,7 @@ def _launch_local(plan: Plan, options: ServeOptions, *, echo: Echo, env: dict[st
         stop_below_bytes=options.stop_below_bytes,
         extra_env=env or {},
     )
-    return Served(run.exit_code, run.record_path, run.error)
+    return Served(run.exit_code, None if run.warning else run.record_path, run.error, run.warning)
 
 
 def _launch_cluster(plan: Plan, options: ServeOptions, *, echo: Echo) -> Served:

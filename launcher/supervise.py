@@ -1,11 +1,13 @@
 """A vLLM that vlaunch started never outlives it: a small supervisor process stops what the wrapper left.
 
-`vlaunch serve` starts this module before vLLM (`python -m launcher.supervise --fd N --run-id ID …`), in a
-session of its own (a ^C at the terminal, or the wrapper's process group dying, does not reach it), holding the
-read end of a pipe whose write end only the wrapper has. Every process of the launch carries the run's marker in
-its environment (`VLAUNCH_RUN_ID`; `VLAUNCH_PID`: the wrapper's pid, start time and pid namespace; a container
-launch's client also `VLAUNCH_CONTAINER`: the runtime and the container's name), children included: vLLM's engine
-core and workers inherit it, whatever process group they move to.
+`vlaunch serve` starts this module before vLLM, in a session of its own (a ^C at the terminal, or the wrapper's
+process group dying, does not reach it), holding the read end of a pipe whose write end only the wrapper has. It
+runs in an isolated interpreter (`python -I`) that loads the wrapper's own `launcher` package by its path, never
+one from the current directory, and writes `ready` on a second pipe (`--ready-fd`) once it waits: the wrapper
+starts vLLM only after that word. Every process of the launch carries the run's marker in its environment
+(`VLAUNCH_RUN_ID`; `VLAUNCH_PID`: the wrapper's pid, start time and pid namespace; a container launch's client also
+`VLAUNCH_CONTAINER`: the runtime and the container's name), children included: vLLM's engine core and workers
+inherit it, whatever process group they move to.
 
 - The wrapper ends normally (its own clean-up stopped vLLM): it writes `done` and closes the pipe; the supervisor
   exits.
@@ -48,6 +50,8 @@ MARKER_CONTAINER = "VLAUNCH_CONTAINER"
 """A container launch's `runtime:name` (`docker:vlaunch-x`): what `vlaunch stop --orphans` kills for an orphan."""
 MARKERS = (MARKER_RUN, MARKER_PID, MARKER_CONTAINER)
 DONE = b"done"
+READY = b"ready"
+"""What the supervisor writes on its ready pipe once it runs."""
 GRACE_SECONDS = 6.0
 """SIGTERM first: vLLM stops its engine and workers on it; what still runs after this is killed."""
 PID_MAX_FALLBACK = 2**22
@@ -380,7 +384,7 @@ def _note_in_record(record: str | None, stopped: list[int], left: list[int]) -> 
     )
     data.setdefault("exit", None)
     with contextlib.suppress(OSError):
-        write_atomic(path, json.dumps(data, indent=2))
+        write_atomic(path, json.dumps(data, indent=2), mode=0o600)  # a run record is its owner's only
 
 
 def supervise(
@@ -412,16 +416,22 @@ def supervise(
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m launcher.supervise", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="launcher.supervise", description=__doc__.split("\n")[0])
     ap.add_argument("--fd", type=int, required=True, help="read end of the wrapper's pipe")
     ap.add_argument("--run-id", required=True)
     ap.add_argument("--container", help="container name to kill (container launches)")
     ap.add_argument("--runtime", default="docker", choices=("docker", "podman"), help="the container's runtime")
     ap.add_argument("--record", help="the run record to note a clean-up in")
     ap.add_argument("--grace", type=float, default=GRACE_SECONDS)
+    ap.add_argument("--ready-fd", type=int, help="write end of a pipe to say `ready` on, then close")
     ns = ap.parse_args(argv)
     for s in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
         signal.signal(s, signal.SIG_IGN)  # the terminal's ^C and hang-up are the wrapper's to handle
+    if ns.ready_fd is not None:
+        with contextlib.suppress(OSError):
+            os.write(ns.ready_fd, READY)
+        with contextlib.suppress(OSError):
+            os.close(ns.ready_fd)
     return supervise(ns.fd, ns.run_id, container=ns.container, record=ns.record, grace=ns.grace, runtime=ns.runtime)
 
 
