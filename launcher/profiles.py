@@ -503,17 +503,74 @@ def _check_keys(data: Mapping[Any, Any], known: tuple[str, ...], path: str, ctx:
 _UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
 
 
+def is_unsafe(ch: str) -> bool:
+    """Whether the character `ch` is one no value may hold (the classes above)."""
+    import unicodedata
+
+    # white space other than a plain space too: Python's str.split() / splitlines() cut at each of them
+    return unicodedata.category(ch) in _UNSAFE_CATEGORIES or (ch.isspace() and ch != " ")
+
+
 def unsafe_char(text: str) -> str | None:
     """The first character `text` may not hold, as its code point and name (`U+2028 (LINE SEPARATOR)`); None
     when every character is allowed."""
     import unicodedata
 
     for ch in text:
-        # white space other than a plain space too: Python's str.split() / splitlines() cut at each of them
-        if unicodedata.category(ch) in _UNSAFE_CATEGORIES or (ch.isspace() and ch != " "):
+        if is_unsafe(ch):
             name = unicodedata.name(ch, "a control character")
             return f"U+{ord(ch):04X} ({name})"
     return None
+
+
+def printable(text: str) -> str:
+    """`text` with every character that is not printable written as an escape (`\\u2028`, `\\xff` for a byte
+    that was not UTF-8): safe to show in one line of an error."""
+    out = []
+    for ch in text:
+        if ch.isprintable():
+            out.append(ch)
+        elif 0xDC80 <= ord(ch) <= 0xDCFF:  # an undecodable byte of a file name (surrogateescape)
+            out.append(f"\\x{ord(ch) - 0xDC00:02x}")
+        else:
+            out.append(ascii(ch)[1:-1])
+    return "".join(out)
+
+
+PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+"""A profile's name: it names the run log and record under --logs-dir (`NAME-<stamp>.log`), the container
+(`vlaunch-NAME`) and `profiles/NAME.yaml`, so it is one plain file name: letters, digits, '.', '_', '-', not
+starting with '.' or '-', without '..'."""
+NAME_RULE = "letters, digits, '.', '_' and '-' (at most 128), starting with a letter or digit, without '..'"
+
+
+def name_problem(name: str) -> str | None:
+    """Why `name` cannot be a profile's name (PROFILE_NAME), or None."""
+    if PROFILE_NAME.fullmatch(name) and ".." not in name:
+        return None
+    return f"must be {NAME_RULE}; got {_show(name)}"
+
+
+def _name(v: object, path: str, ctx: _Ctx) -> Any:
+    text: str = _str(v, path, ctx)
+    problem = name_problem(text)
+    if problem:
+        ctx.fail(path, problem)
+    return text
+
+
+def _name_from_file(source: str) -> str:
+    """The name a profile without `name:` takes from its file name, refused (one line, naming the file) when the
+    file name is not a profile name."""
+    stem = Path(source).stem
+    problem = name_problem(stem)
+    if problem:
+        raise ProfileError(
+            f"no name: key, so the file name names the profile, and it {problem}; set name: or rename the file",
+            source=printable(source),
+            field="name",
+        )
+    return stem
 
 
 def _plain(text: str, path: str, ctx: _Ctx) -> str:
@@ -922,7 +979,7 @@ class FieldSpec:
 
 _F = FieldSpec
 FIELDS: tuple[FieldSpec, ...] = (
-    _F("name", _str, "Profile name (default: the file name without .yaml)."),
+    _F("name", _name, "Profile name: " + NAME_RULE + " (default: the file name without .yaml)."),
     _F("description", lambda v, p, c: _str(v, p, c, empty_ok=True), "Free text shown in listings."),
     _F("model", _model, "Hugging Face repo id or local model directory (required)."),
     _F("config", _config_path, "A config.json to count from, when the model's own cannot be read (vLLM's "
@@ -1077,7 +1134,10 @@ def profile_from_mapping(data: object, *, source: str | None = None, base_dir: P
     data = _fold_extra_args(data)
     values = {k: _FIELDS[k](data[k], k, ctx) for k in data}
     if "name" not in values:
-        values["name"] = Path(source).stem if source else "profile"
+        if source and not (source.startswith("<") and source.endswith(">")):  # `<profile>`: text, no file
+            values["name"] = _name_from_file(source)
+        else:
+            values["name"] = "profile"
     return Profile(**values, source=source)
 
 

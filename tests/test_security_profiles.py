@@ -1,0 +1,136 @@
+"""Profiles and planning under hostile input (issue 24): a profile's name, which program planning may run, which
+profile `serve` runs by default, parallel sizes past the model, the profile parse cache, and fit's options.
+
+Each test stands for one root cause and fails without its fix.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner, Result
+
+from launcher.cli import main
+from launcher.errors import ProfileError, VlaunchError
+from launcher.profiles import BUNDLED_PROFILES, load_profile
+from tests.fuzz_cases import BIDI, ODD, SEPARATORS
+
+CONFIGS = Path(__file__).parent / "fixtures" / "configs"
+LLAMA8B = CONFIGS / "Llama-3.1-8B.json"
+PROFILES = Path(__file__).resolve().parent.parent / "profiles"
+
+# The fuzzer's odd characters that a file name can hold (every one but NUL): 34.
+ODD_CHARS = [c for c in [*SEPARATORS, *BIDI, *ODD] if c != "\x00"]
+
+
+def is_unsafe(ch: str) -> bool:
+    """Controls, format characters, line/paragraph separators, surrogates, white space but a space."""
+    return unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp", "Cs") or (ch.isspace() and ch != " ")
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args))
+
+
+def _body(**extra: object) -> str:
+    data = {"model": "m/x", "config": str(LLAMA8B), "machine": "cpu", "max_model_len": 2048,
+            "gpu_memory_utilization": 0.3, "vllm": {"version": "0.32.0"}, **extra}  # fmt: skip
+    return yaml.safe_dump(data)
+
+
+# ---- S4 / S7: a profile's name ------------------------------------------------------------------------------
+
+COMMANDS = [
+    ("render", "--as", "script"),
+    ("render", "--as", "systemd"),
+    ("render", "--as", "docker"),
+    ("render", "--as", "vllm-config"),
+    ("serve", "--dry-run", "--skip-preflight"),
+    ("plan", "--json"),
+]
+
+
+@pytest.mark.parametrize("ch", ODD_CHARS, ids=[ascii(c) for c in ODD_CHARS])
+def test_a_file_name_with_an_odd_character_names_no_profile(tmp_path: Path, ch: str) -> None:
+    """The name a profile takes from its file name is checked as `name:` is: each command refuses the profile in
+    one line naming the file, and an unsafe character never reaches the output (it is written escaped)."""
+    path = tmp_path / f"a{ch}b.yaml"
+    path.write_text(_body(), encoding="utf-8")
+    for cmd in COMMANDS:
+        r = run(cmd[0], str(path), *cmd[1:])
+        assert r.exit_code == 2, (cmd, r.exit_code, r.output[-800:])
+        assert "name" in r.stderr and len([x for x in r.stderr.splitlines() if x.strip()]) == 1, r.stderr
+        if any(is_unsafe(c) for c in ch):  # a combining accent (U+0300) may be named as it is
+            assert ch not in r.output.removesuffix("\n"), (cmd, r.output[-800:])
+
+
+def test_a_line_separator_in_the_file_name_injects_no_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The report's reproducer: U+2028 in the file name made `render --as vllm-config` write `trust-remote-code:
+    true` (a YAML line break inside the header comment)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "profiles").mkdir()
+    name = "x\u2028trust-remote-code:\ttrue\u2028#"
+    (tmp_path / "profiles" / f"{name}.yaml").write_text(_body(), encoding="utf-8")
+    r = run("render", name, "--as", "vllm-config", "-o", "out.yaml")
+    written = yaml.safe_load((tmp_path / "out.yaml").read_text()) if (tmp_path / "out.yaml").exists() else {}
+    assert "trust-remote-code" not in written
+    assert r.exit_code == 2, r.output
+
+
+@pytest.mark.parametrize(
+    "name", ["../../escaped", "/tmp/absname", "a/b", "-rf", ".hidden", "a..b", "..", "evil<b>", "a b", "x" * 129]
+)
+def test_a_name_that_is_no_plain_file_name_is_refused(tmp_path: Path, name: str) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(_body(name=name), encoding="utf-8")
+    with pytest.raises(ProfileError) as info:
+        load_profile(path)
+    assert info.value.field == "name" and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("stem", ["-rf", ".hidden", "a..b", "evil<b>"])
+def test_a_file_name_that_is_no_profile_name_is_refused(tmp_path: Path, stem: str) -> None:
+    path = tmp_path / f"{stem}.yaml"
+    path.write_text(_body(), encoding="utf-8")
+    with pytest.raises(ProfileError) as info:
+        load_profile(path)
+    assert info.value.field == "name" and info.value.source == str(path)
+
+
+def test_bundled_and_plain_names_still_load(tmp_path: Path) -> None:
+    shipped = sorted(PROFILES.glob("*.yaml")) + sorted(BUNDLED_PROFILES.glob("*.yaml"))
+    assert shipped
+    for p in shipped:
+        assert load_profile(p).name == p.stem
+    for name in ("a", "Qwen3-8B_v2.1", "x" * 128):
+        path = tmp_path / "p.yaml"
+        path.write_text(_body(name=name), encoding="utf-8")
+        assert load_profile(path).name == name
+    plain = tmp_path / "my-prof.v2.yaml"
+    plain.write_text(_body(), encoding="utf-8")
+    assert load_profile(plain).name == "my-prof.v2"
+
+
+@pytest.mark.parametrize("ch", ODD_CHARS, ids=[ascii(c) for c in ODD_CHARS])
+def test_oneline_drops_every_unsafe_character(ch: str) -> None:
+    from launcher.templating import oneline
+
+    out = oneline(f"a{ch}b")
+    assert not any(is_unsafe(c) for c in out) and "\n" not in out and "\u2028" not in out
+    if all(is_unsafe(c) for c in ch):
+        assert out == "a b"
+
+
+def test_run_logs_stay_inside_the_logs_dir(tmp_path: Path) -> None:
+    from launcher.launch import new_log_paths
+
+    logs = tmp_path / "deep" / "logs"
+    for name in ("../../escaped", str(tmp_path / "absname")):
+        with pytest.raises(VlaunchError):
+            new_log_paths(name, logs)
+    assert not list(tmp_path.glob("escaped*")) and not list(tmp_path.glob("absname*"))
+    log, record = new_log_paths("ok", logs)
+    assert log.parent == logs and record.parent == logs
