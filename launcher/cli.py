@@ -339,6 +339,16 @@ def _field_option(spec: Any) -> Any:
     return click.option(*decls, type=kind, metavar=spec.metavar, help=spec.help)
 
 
+def _remember_detect(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    ctx.meta["vlaunch.detect_version"] = bool(value)
+
+
+def _detect() -> bool:
+    """--detect-version was given to the running command."""
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx.meta.get("vlaunch.detect_version")) if ctx is not None else False
+
+
 def _plan_options(f: Any) -> Any:
     """The flags every planning command takes: one per profile field that has flags (vLLM's names), plus the
     model source, live-memory and output options."""
@@ -365,6 +375,14 @@ def _plan_options(f: Any) -> Any:
             "--no-calibration",
             is_flag=True,
             help="Ignore terms calibrated from earlier runs on this machine.",
+        ),
+        click.option(
+            "--detect-version",
+            is_flag=True,
+            expose_value=False,
+            callback=_remember_detect,
+            help="Run the launch's python to ask its vLLM version when its files do not say it (planning runs no "
+            "program a profile names unless asked; serve does, it runs that python anyway).",
         ),
     ]
     for o in reversed(opts):
@@ -407,6 +425,7 @@ _VLAUNCH_ONLY = frozenset({
     "--os-reserve-gib", "--biggest-pool", "--overhead-gib", "--vllm-version", "--launch", "--vllm-executable",
     "--python", "--image", "--container-name", "--free-gib", "--no-calibration", "--dry-run", "--verbose", "-v",
     "--logs-dir", "--skip-preflight", "--stop-below-gib", "--as", "-o", "--output", "--profile", "-h", "--help",
+    "--detect-version",
 })  # fmt: skip
 
 
@@ -516,7 +535,7 @@ def _compare_plans(main_plan: Any, names: str) -> list[Any]:
             plans.append(main_plan)
         else:
             other = main_plan.profile.with_overrides(machine=name, gpu_memory_gib=None)
-            plans.append(make_plan(other, use_calibration=main_plan.use_calibration))
+            plans.append(make_plan(other, use_calibration=main_plan.use_calibration, detect=main_plan.detect))
     return plans
 
 
@@ -562,7 +581,7 @@ def plan(
     request = asked(profile, flags, command)
     p = request.profile
     free = None if free_gib is None else gib_to_bytes(free_gib)
-    result = make_plan(p, free_bytes=free, use_calibration=not no_calibration, notes=request.notes)
+    result = make_plan(p, free_bytes=free, use_calibration=not no_calibration, notes=request.notes, detect=_detect())
     plans = _compare_plans(result, compare) if compare else [result]
     style = _bar_style(ascii_bar)
     if as_json:
@@ -741,6 +760,7 @@ def fit(
         pinned=pinned,
         bandwidth_gbs=memory_bandwidth_gbs,
         use_calibration=not no_calibration,
+        detect=_detect(),
     )
     written = None
     inputs = _inputs(base, flags.get("serve_config"))
@@ -809,7 +829,8 @@ def _plan_for_log(
         return None, None, "the log states no total memory: give --machine to compare"
     p = build_profile(profile, merged)
     free = free_gib if free_gib is not None else facts.free_memory_gib
-    plan_ = make_plan(p, free_bytes=None if free is None else gib_to_bytes(free), use_calibration=use_calibration)
+    free_bytes = None if free is None else gib_to_bytes(free)
+    plan_ = make_plan(p, free_bytes=free_bytes, use_calibration=use_calibration, detect=_detect())
     return plan_, compare(plan_, facts), None
 
 
@@ -918,7 +939,8 @@ def serve(
     free = None if free_gib is None else gib_to_bytes(free_gib)
     if free is None and not p.nodes:
         free = guard.live_free_bytes(p.machine)  # the start-up check against what is free right now
-    result = make_plan(p, free_bytes=free, use_calibration=not no_calibration, notes=request.notes)
+    # serve runs the launch's python anyway: it may ask it for its vLLM version
+    result = make_plan(p, free_bytes=free, use_calibration=not no_calibration, notes=request.notes, detect=True)
     options = serving.ServeOptions(
         logs_dir=Path(logs_dir),
         force=force,
@@ -1153,7 +1175,7 @@ def render(
     request = asked(profile, flags, command)
     p = request.profile
     free = None if free_gib is None else gib_to_bytes(free_gib)
-    result = make_plan(p, free_bytes=free, use_calibration=not no_calibration, notes=request.notes)
+    result = make_plan(p, free_bytes=free, use_calibration=not no_calibration, notes=request.notes, detect=_detect())
     try:
         text = render_launch(result, kind)
     except ValueError as e:

@@ -85,6 +85,7 @@ class Plan:
     version_found: Detected | None = None  # how the vLLM version was found (stated, python, image, assumed)
     use_calibration: bool = True  # False: planned without terms calibrated from earlier runs (--no-calibration)
     served_model: str = ""  # what vLLM is told to serve (the profile's model, unless that is a config.json)
+    detect: bool = False  # True: the launch's python could be run to read its vLLM version (serve, --detect-version)
 
     @property
     def fits(self) -> bool:
@@ -398,12 +399,14 @@ def make_plan(
     cpu_rss_bytes: int | None = None,
     use_calibration: bool = True,
     notes: tuple[str, ...] = (),
+    detect: bool = False,
 ) -> Plan:
     """Resolve everything a prediction needs and run it. `max_model_len: auto` is planned at the model's length,
     then, where one request of that does not fit the pool, at the length vLLM's auto-fit settles on. `notes`: what
-    reading the request noticed (a wrapper not repeated), said first."""
+    reading the request noticed (a wrapper not repeated), said first. `detect`: the launch's python may be run to
+    read its vLLM version when its files do not say it (serve, --detect-version); planning alone runs nothing."""
     kw: dict[str, Any] = {"live": live, "free_bytes": free_bytes, "cpu_rss_bytes": cpu_rss_bytes,
-                          "use_calibration": use_calibration}  # fmt: skip
+                          "use_calibration": use_calibration, "detect": detect}  # fmt: skip
     plan = _noted(_auto_fit(profile, _make_plan(profile, **kw), kw), notes)
     return plan
 
@@ -445,9 +448,10 @@ def _make_plan(
     cpu_rss_bytes: int | None = None,
     use_calibration: bool = True,
     mml: int | None = None,
+    detect: bool = False,
 ) -> Plan:
     src, shape, found = _memo(("model", profile.model, profile.config), lambda: _read(profile))
-    detected = _memo(("version", profile.vllm, live), lambda: detect_version(profile.vllm, ask=live))
+    detected = _memo(("version", profile.vllm, detect), lambda: detect_version(profile.vllm, ask=detect))
     version = detected.version
     whole = shape
     towers_key = ("towers", id(whole), profile.language_model_only, profile.limit_mm_per_prompt, version)
@@ -657,6 +661,7 @@ def _make_plan(
         detected,
         use_calibration,
         served,
+        detect,
     )
 
 

