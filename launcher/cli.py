@@ -403,7 +403,10 @@ def asked(profile: str | None, flags: dict[str, Any], command: tuple[str, ...] =
     ctx = click.get_current_context(silent=True)
     words = ctx.meta.get("vlaunch.vllm_words", []) if ctx is not None else []
     options = ctx.meta.get("vlaunch.options", {}) if ctx is not None else {}
-    return build(profile, flags, command, words, own=_own(options) if command or words else {})
+    request = build(profile, flags, command, words, own=_own(options) if command or words else {})
+    if request.shadowing:
+        click.echo(f"vlaunch: warning: {request.shadowing}", err=True)
+    return request
 
 
 def _own(options: dict[str, bool]) -> dict[str, bool]:
@@ -930,10 +933,12 @@ def serve(
     profile, command = _split_command(words)
     if not (profile or command or flags.get("model") or flags.get("config") or _vllm_words()):
         from launcher.machines import detect
+        from launcher.profiles import default_profile_path
 
-        profile = _default_profile(detect()[0].name)
+        bundled = default_profile_path(detect()[0].name)  # the bundled file itself, never ./profiles/NAME.yaml
+        profile = str(bundled)
         if not as_json:
-            click.echo(f"profile: {profile} (the bundled default for this box; `vlaunch profiles` lists others)")
+            click.echo(f"profile: {bundled.stem} (the bundled default for this box; `vlaunch profiles` lists others)")
     request = asked(profile, flags, command)
     p = request.profile
     free = None if free_gib is None else gib_to_bytes(free_gib)

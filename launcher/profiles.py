@@ -430,6 +430,31 @@ def default_profile_name(machine_name: str) -> str:
     return DEFAULT_PROFILES.get(machine_name, DEFAULT_GPU_PROFILE)
 
 
+def default_profile_path(machine_name: str) -> Path:
+    """The bundled profile file for a machine: never a file of the same name in ./profiles."""
+    return BUNDLED_PROFILES / f"{default_profile_name(machine_name)}.yaml"
+
+
+def shadowing_note(arg: str, found: Path) -> str | None:
+    """What to say when the bare name `arg` resolved to `found`, a file other than the bundled profile of that
+    name (./profiles/NAME.yaml first, the bundled one after it): which file runs, and that a bundled one is
+    shadowed."""
+    if "/" in arg or os.sep in arg:
+        return None
+    for bundled in (BUNDLED_PROFILES / f"{arg}.yaml", BUNDLED_PROFILES / arg):
+        if not _exists(bundled, "file"):
+            continue
+        try:
+            same = os.path.samefile(bundled, found)
+        except (OSError, ValueError):
+            same = False
+        if not same:
+            return (
+                f"{arg!r} is {found}, which shadows the bundled profile of that name ({bundled}); give a path to choose"
+            )
+    return None
+
+
 def resolve_profile_arg(arg: str, profiles_dir: Path) -> Path:
     """A profile given as a path, or as a bare name looked up as `profiles_dir/<name>.yaml`, then among the
     bundled profiles."""

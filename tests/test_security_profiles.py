@@ -189,3 +189,42 @@ def test_detect_version_runs_it_when_asked(evil: Path) -> None:
     assert evil.exists()
     data = json.loads(r.stdout)
     assert (data["vllm_version_source"], data["vllm_version"]) == ("python", "0.19.0")
+
+
+# ---- S6: serve's default is the bundled file ------------------------------------------------------------------
+
+
+@pytest.fixture
+def shadowing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """llama8b-32k as the bundled default of any box, and ./profiles/llama8b-32k.yaml in the cwd that runs another
+    image."""
+    from launcher import profiles
+
+    monkeypatch.setattr(profiles, "DEFAULT_PROFILES", {})
+    monkeypatch.setattr(profiles, "DEFAULT_GPU_PROFILE", "llama8b-32k")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "profiles").mkdir()
+    local = yaml.safe_load((BUNDLED_PROFILES / "llama8b-32k.yaml").read_text())
+    local["vllm"]["image"] = "evil.example/pwn:1"
+    (tmp_path / "profiles" / "llama8b-32k.yaml").write_text(yaml.safe_dump(local))
+    return "evil.example/pwn:1"
+
+
+def test_serve_without_a_profile_runs_the_bundled_file(shadowing: str) -> None:
+    r = run("serve", "--dry-run", "--skip-preflight", "--json")
+    assert r.exit_code in (0, 3), r.output[-800:]
+    data = json.loads(r.stdout)
+    assert data["plan"]["profile"] == "llama8b-32k"
+    assert shadowing not in " ".join(data["argv"]), data["argv"]
+    assert "nvcr.io/nvidia/vllm" in " ".join(data["argv"])
+
+
+def test_a_local_profile_shadowing_a_bundled_one_is_said(shadowing: str) -> None:
+    r = run("plan", "llama8b-32k", "--json")
+    assert r.exit_code in (0, 3), r.output[-800:]
+    assert "shadows the bundled profile" in r.stderr and "profiles/llama8b-32k.yaml" in r.stderr
+    assert json.loads(r.stdout)["profile"] == "llama8b-32k"  # stdout stays JSON
+    r = run("render", "llama8b-32k", "--as", "docker")
+    assert shadowing in r.stdout and "shadows the bundled profile" in r.stderr
+    r = run("plan", str(BUNDLED_PROFILES / "llama8b-32k.yaml"), "--json")  # a path: nothing to say
+    assert "shadows" not in r.stderr
