@@ -7,6 +7,7 @@ Each test stands for one root cause and fails without its fix.
 from __future__ import annotations
 
 import json
+import time
 import unicodedata
 from pathlib import Path
 
@@ -228,3 +229,59 @@ def test_a_local_profile_shadowing_a_bundled_one_is_said(shadowing: str) -> None
     assert shadowing in r.stdout and "shadows the bundled profile" in r.stderr
     r = run("plan", str(BUNDLED_PROFILES / "llama8b-32k.yaml"), "--json")  # a path: nothing to say
     assert "shadows" not in r.stderr
+
+
+# ---- H3: parallel sizes bounded by the model ------------------------------------------------------------------
+
+DEEPSEEK_V3 = CONFIGS / "DeepSeek-V3.json"
+QWEN3_MOE = CONFIGS / "Qwen3-30B-A3B.json"
+
+
+def _timed(*args: str) -> tuple[Result, float]:
+    run("plan", "--hf-config-path", str(LLAMA8B), "--model", "m/x", "--machine", "h100", "--json")  # warm imports
+    start = time.perf_counter()
+    r = run(*args)
+    return r, time.perf_counter() - start
+
+
+def _on_h100(cmd: str, config: Path, *more: str) -> tuple[str, ...]:
+    return (cmd, "--hf-config-path", str(config), "--model", "m/x", "--machine", "h100", *more)
+
+
+TOO_LARGE = [
+    (_on_h100("plan", LLAMA8B, "-pp", "4096"), "pipeline_parallel_size"),
+    (_on_h100("plan", DEEPSEEK_V3, "-pp", "4096"), "pipeline_parallel_size"),
+    (_on_h100("plan", LLAMA8B, "-pp", "33"), "pipeline_parallel_size"),
+    (_on_h100("plan", LLAMA8B, "-tp", "64"), "tensor_parallel_size"),
+    (("fit", str(LLAMA8B), "--machine", "h100", "-tp", "4096", "-ep", "--distributed-executor-backend", "ray"),
+     "tensor_parallel_size"),
+    (("fit", str(LLAMA8B), "--machine", "h100", "-pp", "4096"), "pipeline_parallel_size"),
+    (_on_h100("render", LLAMA8B, "-pp", "4096", "--as", "script"), "pipeline_parallel_size"),
+    (_on_h100("serve", LLAMA8B, "-tp", "4096", "--dry-run", "--skip-preflight"), "tensor_parallel_size"),
+    (_on_h100("plan", QWEN3_MOE, "-tp", "4", "-dp", "64", "-ep"), "enable_expert_parallel"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("args", "field"), TOO_LARGE)
+def test_a_parallel_size_past_the_model_is_refused_at_once(args: tuple[str, ...], field: str) -> None:
+    """More stages than layers, tensor-parallel ranks than heads, expert-parallel ranks than experts: one line,
+    exit 2, before any planning (was 22-58 s and stages planned with no layers, `layers 32-31`)."""
+    r, took = _timed(*args)
+    assert r.exit_code == 2, r.output[-800:]
+    assert field in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert took < 1.0, took
+
+
+def test_sizes_up_to_the_model_still_plan() -> None:
+    r = run("plan", "--hf-config-path", str(LLAMA8B), "--model", "m/x", "--machine", "h100", "-pp", "32", "--json")
+    assert r.exit_code in (0, 3), r.output[-800:]
+    ranks = json.loads(r.stdout)["ranks"]
+    assert len(ranks) == 32 and all(x["layers"][1] > x["layers"][0] for x in ranks)
+    r = run("plan", "--hf-config-path", str(QWEN3_MOE), "--model", "m/x", "--machine", "h100", "-tp", "4", "-ep")
+    assert r.exit_code in (0, 3), r.output[-800:]
+
+
+def test_fit_over_many_gpus_stays_fast() -> None:
+    r, took = _timed("fit", str(LLAMA8B), "--machine", "h100", "--gpus", "4096", "--json")
+    assert r.exit_code in (0, 3), r.output[-800:]
+    assert took < 5.0, took
