@@ -217,12 +217,15 @@ def _cache_file(text: str) -> Path:
 
 
 def _cached_data(text: str) -> Any | None:
+    """The data cached for `text`, or None: an entry that is not a small regular file (a FIFO, a link to
+    /dev/zero), not JSON, nested too deeply, or for another text is no entry."""
     import json
 
+    from launcher.files import read_small
+
     try:
-        with open(_cache_file(text), encoding="utf-8") as fh:
-            entry = json.load(fh)
-    except (OSError, ValueError, UnicodeError):
+        entry = json.loads(read_small(_cache_file(text)))
+    except (VlaunchError, OSError, ValueError, UnicodeError, RecursionError, MemoryError):
         return None
     if isinstance(entry, dict) and entry.get("version") == _CACHE_VERSION and entry.get("text") == text:
         return entry.get("data")

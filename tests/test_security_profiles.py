@@ -7,6 +7,7 @@ Each test stands for one root cause and fails without its fix.
 from __future__ import annotations
 
 import json
+import os
 import time
 import unicodedata
 from pathlib import Path
@@ -285,3 +286,41 @@ def test_fit_over_many_gpus_stays_fast() -> None:
     r, took = _timed("fit", str(LLAMA8B), "--machine", "h100", "--gpus", "4096", "--json")
     assert r.exit_code in (0, 3), r.output[-800:]
     assert took < 5.0, took
+
+
+# ---- H5: the profile parse cache is read like any other file --------------------------------------------------
+
+
+def _limit_memory() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "nested", "not-json"])
+def test_a_broken_cache_entry_is_no_entry(tmp_path: Path, kind: str) -> None:
+    """The cache entry for the profile's text replaced by a FIFO (hung), a link to /dev/zero (MemoryError, exit 70),
+    JSON nested 100,000 deep (RecursionError, exit 70) or junk: the profile is parsed again, exit as usual."""
+    import subprocess
+    import sys
+
+    from launcher.profiles import _cache_file
+
+    prof = tmp_path / "p.yaml"
+    text = _body()
+    prof.write_text(text, encoding="utf-8")
+    entry = _cache_file(text)
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "fifo":
+        os.mkfifo(entry)
+    elif kind == "dev-zero":
+        entry.symlink_to("/dev/zero")
+    elif kind == "nested":
+        deep = "[" * 100_000 + "]" * 100_000
+        entry.write_text('{"version": 1, "text": ' + json.dumps(text) + ', "data": ' + deep + "}")
+    else:
+        entry.write_bytes(b"\xff\x00{")
+    cmd = [sys.executable, "-m", "launcher", "plan", str(prof), "--json"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=30, preexec_fn=_limit_memory, check=False)
+    assert r.returncode in (0, 3), r.stderr[-800:]
+    assert json.loads(r.stdout)["profile"] == "p"
