@@ -633,14 +633,17 @@ def _with_vllm_values(flags: dict[str, Any], profile: str | None) -> dict[str, A
     return {**parsed.values, **{k: v for k, v in flags.items() if v is not None}}
 
 
-def _fit_base(model: str, flags: dict[str, Any]) -> Any:
+def _fit_base(model: str | None, flags: dict[str, Any]) -> Any:
     """The profile fit starts from: a profile (a .yaml file, or a name `vlaunch profiles` lists) with the flags
-    over it, or MODEL (repo id, directory, config.json) with the flags."""
+    over it, or MODEL (repo id, directory, config.json) with the flags; without MODEL, what --model,
+    --hf-config-path or --config name."""
     from pathlib import Path
 
     from launcher.files import expand_user
     from launcher.profiles import BUNDLED_PROFILES, available_profiles
 
+    if model is None:
+        return build_profile(None, flags)
     local = Path(expand_user(model, VlaunchError))
     names = set(available_profiles(Path.cwd() / "profiles")) | set(available_profiles(BUNDLED_PROFILES))
     is_dir_or_json = local.is_dir() or (local.is_file() and local.suffix == ".json")
@@ -664,7 +667,7 @@ def _fit_profile_path(name: str) -> str:
 
 
 @main.command(cls=_VllmCommand)
-@click.argument("model_arg", metavar="MODEL")
+@click.argument("model_arg", metavar="[MODEL]", required=False)
 @_plan_options
 @click.option("--context", "context", metavar="TOKENS",
               help="Context each user needs (8192, 32k, 32K, 128K); default: the longest that fits.")  # fmt: skip
@@ -698,10 +701,10 @@ def _fit_profile_path(name: str) -> str:
     help="Write the chosen row as profiles/NAME.yaml (or NAME when it is a path) for plan and serve.",
 )
 @click.option("--pick", type=click.IntRange(min=1), metavar="RANK",
-              help="With --write-profile: the row of this rank instead of the chosen one.")  # fmt: skip
+              help="With --write-profile (required): write the row of this rank, not the chosen one.")  # fmt: skip
 @click.option("--force", is_flag=True, help=_FORCE_HELP)
 def fit(
-    model_arg: str,
+    model_arg: str | None,
     context: str | None,
     compare: str | None,
     gpus: int | None,
@@ -721,10 +724,11 @@ def fit(
 ) -> None:
     """The ways to run MODEL on a machine, each planned exactly as `plan` plans it, best first.
 
-    MODEL is a repo id, a model directory, a config.json or a profile. vlaunch enumerates the weight format (the
-    checkpoint's own; for a 16-bit checkpoint bf16, fp8, NVFP4, MXFP4, AWQ, GPTQ and GGUF Q8_0 / Q4_K_M), the KV
-    cache dtype (auto, fp8), tensor / pipeline parallel over the box's GPUs or two DGX Sparks, MTP speculative
-    decoding where the checkpoint has it, and max_num_seqs; a choice given as a flag (--quantization,
+    MODEL is a repo id, a model directory, a config.json or a profile (or leave it out and give --model,
+    --hf-config-path or --config). vlaunch enumerates the weight format (the checkpoint's own; for a 16-bit
+    checkpoint bf16, fp8, NVFP4, MXFP4, AWQ, GPTQ and GGUF Q8_0 / Q4_K_M), the KV cache dtype (auto, fp8), tensor
+    / pipeline parallel over the box's GPUs or two DGX Sparks, MTP speculative decoding where the checkpoint has
+    it, and max_num_seqs; a choice given as a flag (--quantization,
     --kv-cache-dtype, -tp, -pp, --speculative-config, --max-num-seqs) is held. With --users N and --context C the
     options that fit N users × C tokens come first: fewest quality compromises (bf16 > fp8 > NVFP4/MXFP4 > int4;
     KV auto > fp8), then fewest GPUs, then the most memory left. Without them each row gives the most users at the
@@ -735,6 +739,8 @@ def fit(
     from launcher.profiles import parse_tokens
     from launcher.render import render_fit
 
+    if pick is not None and not write_profile:
+        raise click.UsageError("--pick RANK chooses the row --write-profile writes; give --write-profile NAME too")
     given_len = flags.get("max_model_len")
     if context is not None and given_len is not None and str(context) != str(given_len):
         raise VlaunchError("--context and --max-model-len say different things; give one")
@@ -743,6 +749,8 @@ def fit(
         raw_context = None  # the longest that fits: fit's own search
     target_context = None if raw_context is None else parse_tokens(raw_context, "--context")
     flags = _with_vllm_values(flags, model_arg)
+    if not (model_arg or flags.get("model") or flags.get("config") or flags.get("serve_config")):
+        raise click.UsageError("Missing argument 'MODEL' (a repo id, directory, config.json or profile) or --model")
     flags = {**flags, "max_model_len": None}
     base = _fit_base(model_arg, flags)
     pinned = {k: flags.get(k) for k in _FIT_PINNABLE if flags.get(k) is not None}

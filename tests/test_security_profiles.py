@@ -324,3 +324,24 @@ def test_a_broken_cache_entry_is_no_entry(tmp_path: Path, kind: str) -> None:
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=30, preexec_fn=_limit_memory, check=False)
     assert r.returncode in (0, 3), r.stderr[-800:]
     assert json.loads(r.stdout)["profile"] == "p"
+
+
+# ---- C2 / C4: fit's --pick and --model ------------------------------------------------------------------------
+
+
+def test_fit_pick_without_write_profile_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    r = run("fit", str(LLAMA8B), "--machine", "h100", "--pick", "3")
+    assert r.exit_code == 2 and "--write-profile" in r.stderr, r.output[-800:]
+    r = run("fit", str(LLAMA8B), "--machine", "h100", "--pick", "2", "--write-profile", "picked")
+    assert r.exit_code == 0, r.output[-800:]
+    assert "rank 2 of" in (tmp_path / "profiles" / "picked.yaml").read_text()
+
+
+def test_fit_takes_the_model_from_model_and_hf_config_path() -> None:
+    r = run("fit", "--model", "m/x", "--hf-config-path", str(LLAMA8B), "--machine", "h100", "--json")
+    assert r.exit_code in (0, 3), r.output[-800:]
+    data = json.loads(r.stdout)
+    assert data["model"] == "m/x" and data["options"]
+    r = run("fit", "--machine", "h100")
+    assert r.exit_code == 2 and "MODEL" in r.stderr, r.output[-800:]
