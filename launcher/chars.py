@@ -16,7 +16,8 @@ import unicodedata
 _UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
 
 
-def _unsafe(ch: str) -> bool:
+def is_unsafe(ch: str) -> bool:
+    """Whether the character `ch` is one no value may hold (the classes above)."""
     # white space other than a plain space too: Python's str.split() / splitlines() cut at each of them
     return unicodedata.category(ch) in _UNSAFE_CATEGORIES or (ch.isspace() and ch != " ")
 
@@ -25,7 +26,7 @@ def unsafe_char(text: str) -> str | None:
     """The first character `text` may not hold, as its code point and name (`U+2028 (LINE SEPARATOR)`); None
     when every character is allowed."""
     for ch in text:
-        if _unsafe(ch):
+        if is_unsafe(ch):
             name = unicodedata.name(ch, "a control character")
             return f"U+{ord(ch):04X} ({name})"
     return None
@@ -36,7 +37,7 @@ def escaped(text: object) -> str:
     C1 controls, bidi overrides, U+2028, lone surrogates…): what a terminal shows as it is, never acts on."""
     out = []
     for ch in str(text):
-        if not _unsafe(ch):
+        if not is_unsafe(ch):
             out.append(ch)
             continue
         code = ord(ch)

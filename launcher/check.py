@@ -202,6 +202,7 @@ def at_logged_total(plan: Plan, f: LogFacts) -> AtLoggedTotal | None:
             plan.profile.with_overrides(gpu_memory_gib=f.total_memory_gib, gpu_memory_utilization=float(util)),
             free_bytes=None,
             use_calibration=plan.use_calibration,
+            detect=plan.detect,
         )
     except VlaunchError:
         return None

@@ -339,6 +339,16 @@ def _field_option(spec: Any) -> Any:
     return click.option(*decls, type=kind, metavar=spec.metavar, help=spec.help)
 
 
+def _remember_detect(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    ctx.meta["vlaunch.detect_version"] = bool(value)
+
+
+def _detect() -> bool:
+    """--detect-version was given to the running command."""
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx.meta.get("vlaunch.detect_version")) if ctx is not None else False
+
+
 def _plan_options(f: Any) -> Any:
     """The flags every planning command takes: one per profile field that has flags (vLLM's names), plus the
     model source, live-memory and output options."""
@@ -366,6 +376,14 @@ def _plan_options(f: Any) -> Any:
             is_flag=True,
             help="Ignore terms calibrated from earlier runs on this machine.",
         ),
+        click.option(
+            "--detect-version",
+            is_flag=True,
+            expose_value=False,
+            callback=_remember_detect,
+            help="Run the launch's python to ask its vLLM version when its files do not say it (planning runs no "
+            "program a profile names unless asked; serve does, it runs that python anyway).",
+        ),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -385,7 +403,10 @@ def asked(profile: str | None, flags: dict[str, Any], command: tuple[str, ...] =
     ctx = click.get_current_context(silent=True)
     words = ctx.meta.get("vlaunch.vllm_words", []) if ctx is not None else []
     options = ctx.meta.get("vlaunch.options", {}) if ctx is not None else {}
-    return build(profile, flags, command, words, own=_own(options) if command or words else {})
+    request = build(profile, flags, command, words, own=_own(options) if command or words else {})
+    if request.shadowing:
+        click.echo(f"vlaunch: warning: {request.shadowing}", err=True)
+    return request
 
 
 def _own(options: dict[str, bool]) -> dict[str, bool]:
@@ -407,6 +428,7 @@ _VLAUNCH_ONLY = frozenset({
     "--os-reserve-gib", "--biggest-pool", "--overhead-gib", "--vllm-version", "--launch", "--vllm-executable",
     "--python", "--image", "--container-name", "--free-gib", "--no-calibration", "--dry-run", "--verbose", "-v",
     "--logs-dir", "--skip-preflight", "--stop-below-gib", "--as", "-o", "--output", "--profile", "-h", "--help",
+    "--detect-version",
 })  # fmt: skip
 
 
@@ -516,7 +538,7 @@ def _compare_plans(main_plan: Any, names: str) -> list[Any]:
             plans.append(main_plan)
         else:
             other = main_plan.profile.with_overrides(machine=name, gpu_memory_gib=None)
-            plans.append(make_plan(other, use_calibration=main_plan.use_calibration))
+            plans.append(make_plan(other, use_calibration=main_plan.use_calibration, detect=main_plan.detect))
     return plans
 
 
@@ -562,7 +584,7 @@ def plan(
     request = asked(profile, flags, command)
     p = request.profile
     free = None if free_gib is None else gib_to_bytes(free_gib)
-    result = make_plan(p, free_bytes=free, use_calibration=not no_calibration, notes=request.notes)
+    result = make_plan(p, free_bytes=free, use_calibration=not no_calibration, notes=request.notes, detect=_detect())
     plans = _compare_plans(result, compare) if compare else [result]
     style = _bar_style(ascii_bar)
     if as_json:
@@ -611,14 +633,17 @@ def _with_vllm_values(flags: dict[str, Any], profile: str | None) -> dict[str, A
     return {**parsed.values, **{k: v for k, v in flags.items() if v is not None}}
 
 
-def _fit_base(model: str, flags: dict[str, Any]) -> Any:
+def _fit_base(model: str | None, flags: dict[str, Any]) -> Any:
     """The profile fit starts from: a profile (a .yaml file, or a name `vlaunch profiles` lists) with the flags
-    over it, or MODEL (repo id, directory, config.json) with the flags."""
+    over it, or MODEL (repo id, directory, config.json) with the flags; without MODEL, what --model,
+    --hf-config-path or --config name."""
     from pathlib import Path
 
     from launcher.files import expand_user
     from launcher.profiles import BUNDLED_PROFILES, available_profiles
 
+    if model is None:
+        return build_profile(None, flags)
     local = Path(expand_user(model, VlaunchError))
     names = set(available_profiles(Path.cwd() / "profiles")) | set(available_profiles(BUNDLED_PROFILES))
     is_dir_or_json = local.is_dir() or (local.is_file() and local.suffix == ".json")
@@ -642,7 +667,7 @@ def _fit_profile_path(name: str) -> str:
 
 
 @main.command(cls=_VllmCommand)
-@click.argument("model_arg", metavar="MODEL")
+@click.argument("model_arg", metavar="[MODEL]", required=False)
 @_plan_options
 @click.option("--context", "context", metavar="TOKENS",
               help="Context each user needs (8192, 32k, 32K, 128K); default: the longest that fits.")  # fmt: skip
@@ -676,10 +701,10 @@ def _fit_profile_path(name: str) -> str:
     help="Write the chosen row as profiles/NAME.yaml (or NAME when it is a path) for plan and serve.",
 )
 @click.option("--pick", type=click.IntRange(min=1), metavar="RANK",
-              help="With --write-profile: the row of this rank instead of the chosen one.")  # fmt: skip
+              help="With --write-profile (required): write the row of this rank, not the chosen one.")  # fmt: skip
 @click.option("--force", is_flag=True, help=_FORCE_HELP)
 def fit(
-    model_arg: str,
+    model_arg: str | None,
     context: str | None,
     compare: str | None,
     gpus: int | None,
@@ -699,10 +724,11 @@ def fit(
 ) -> None:
     """The ways to run MODEL on a machine, each planned exactly as `plan` plans it, best first.
 
-    MODEL is a repo id, a model directory, a config.json or a profile. vlaunch enumerates the weight format (the
-    checkpoint's own; for a 16-bit checkpoint bf16, fp8, NVFP4, MXFP4, AWQ, GPTQ and GGUF Q8_0 / Q4_K_M), the KV
-    cache dtype (auto, fp8), tensor / pipeline parallel over the box's GPUs or two DGX Sparks, MTP speculative
-    decoding where the checkpoint has it, and max_num_seqs; a choice given as a flag (--quantization,
+    MODEL is a repo id, a model directory, a config.json or a profile (or leave it out and give --model,
+    --hf-config-path or --config). vlaunch enumerates the weight format (the checkpoint's own; for a 16-bit
+    checkpoint bf16, fp8, NVFP4, MXFP4, AWQ, GPTQ and GGUF Q8_0 / Q4_K_M), the KV cache dtype (auto, fp8), tensor
+    / pipeline parallel over the box's GPUs or two DGX Sparks, MTP speculative decoding where the checkpoint has
+    it, and max_num_seqs; a choice given as a flag (--quantization,
     --kv-cache-dtype, -tp, -pp, --speculative-config, --max-num-seqs) is held. With --users N and --context C the
     options that fit N users × C tokens come first: fewest quality compromises (bf16 > fp8 > NVFP4/MXFP4 > int4;
     KV auto > fp8), then fewest GPUs, then the most memory left. Without them each row gives the most users at the
@@ -713,6 +739,8 @@ def fit(
     from launcher.profiles import parse_tokens
     from launcher.render import render_fit
 
+    if pick is not None and not write_profile:
+        raise click.UsageError("--pick RANK chooses the row --write-profile writes; give --write-profile NAME too")
     given_len = flags.get("max_model_len")
     if context is not None and given_len is not None and str(context) != str(given_len):
         raise VlaunchError("--context and --max-model-len say different things; give one")
@@ -721,6 +749,8 @@ def fit(
         raw_context = None  # the longest that fits: fit's own search
     target_context = None if raw_context is None else parse_tokens(raw_context, "--context")
     flags = _with_vllm_values(flags, model_arg)
+    if not (model_arg or flags.get("model") or flags.get("config") or flags.get("serve_config")):
+        raise click.UsageError("Missing argument 'MODEL' (a repo id, directory, config.json or profile) or --model")
     flags = {**flags, "max_model_len": None}
     base = _fit_base(model_arg, flags)
     pinned = {k: flags.get(k) for k in _FIT_PINNABLE if flags.get(k) is not None}
@@ -741,6 +771,7 @@ def fit(
         pinned=pinned,
         bandwidth_gbs=memory_bandwidth_gbs,
         use_calibration=not no_calibration,
+        detect=_detect(),
     )
     written = None
     inputs = _inputs(base, flags.get("serve_config"))
@@ -809,7 +840,8 @@ def _plan_for_log(
         return None, None, "the log states no total memory: give --machine to compare"
     p = build_profile(profile, merged)
     free = free_gib if free_gib is not None else facts.free_memory_gib
-    plan_ = make_plan(p, free_bytes=None if free is None else gib_to_bytes(free), use_calibration=use_calibration)
+    free_bytes = None if free is None else gib_to_bytes(free)
+    plan_ = make_plan(p, free_bytes=free_bytes, use_calibration=use_calibration, detect=_detect())
     return plan_, compare(plan_, facts), None
 
 
@@ -909,16 +941,19 @@ def serve(
     profile, command = _split_command(words)
     if not (profile or command or flags.get("model") or flags.get("config") or _vllm_words()):
         from launcher.machines import detect
+        from launcher.profiles import default_profile_path
 
-        profile = _default_profile(detect()[0].name)
+        bundled = default_profile_path(detect()[0].name)  # the bundled file itself, never ./profiles/NAME.yaml
+        profile = str(bundled)
         if not as_json:
-            click.echo(f"profile: {profile} (the bundled default for this box; `vlaunch profiles` lists others)")
+            click.echo(f"profile: {bundled.stem} (the bundled default for this box; `vlaunch profiles` lists others)")
     request = asked(profile, flags, command)
     p = request.profile
     free = None if free_gib is None else gib_to_bytes(free_gib)
     if free is None and not p.nodes:
         free = guard.live_free_bytes(p.machine)  # the start-up check against what is free right now
-    result = make_plan(p, free_bytes=free, use_calibration=not no_calibration, notes=request.notes)
+    # serve runs the launch's python anyway: it may ask it for its vLLM version
+    result = make_plan(p, free_bytes=free, use_calibration=not no_calibration, notes=request.notes, detect=True)
     options = serving.ServeOptions(
         logs_dir=Path(logs_dir),
         force=force,
@@ -1186,7 +1221,7 @@ def render(
     request = asked(profile, flags, command)
     p = request.profile
     free = None if free_gib is None else gib_to_bytes(free_gib)
-    result = make_plan(p, free_bytes=free, use_calibration=not no_calibration, notes=request.notes)
+    result = make_plan(p, free_bytes=free, use_calibration=not no_calibration, notes=request.notes, detect=_detect())
     try:
         text = render_launch(result, kind)
     except ValueError as e:

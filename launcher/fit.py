@@ -363,9 +363,10 @@ def speculative_choices(shape: Model, pinned: tuple[tuple[str, Any], ...] | None
 class _Planner:
     """Plans of one base profile with options applied, each made once."""
 
-    def __init__(self, base: Profile, use_calibration: bool) -> None:
+    def __init__(self, base: Profile, use_calibration: bool, detect: bool = False) -> None:
         self.base = base
         self.use_calibration = use_calibration
+        self.detect = detect
         self.profiles: dict[Option, Profile] = {}
         self.plans: dict[tuple[Option, int, int], Plan] = {}
 
@@ -378,7 +379,7 @@ class _Planner:
         key = (o, length, users)
         if key not in self.plans:
             p = dataclasses.replace(self.profile(o), max_model_len=length, users=users)
-            self.plans[key] = make_plan(p, use_calibration=self.use_calibration)
+            self.plans[key] = make_plan(p, use_calibration=self.use_calibration, detect=self.detect)
         return self.plans[key]
 
 
@@ -594,8 +595,10 @@ def search(
     pinned: dict[str, Any] | None = None,
     bandwidth_gbs: float | None = None,
     use_calibration: bool = True,
+    detect: bool = False,
 ) -> Fit:
-    """Every option on every machine, planned and ranked; the first row of each machine is marked chosen."""
+    """Every option on every machine, planned and ranked; the first row of each machine is marked chosen.
+    `detect`: the launch's python may be run to read its vLLM version (--detect-version)."""
     started = time.perf_counter()
     pinned = pinned or {}
     rows: list[Row] = []
@@ -607,8 +610,10 @@ def search(
     with planning.reusing():
         for i, name in enumerate(dict.fromkeys(machines)):
             prof = base if i == 0 else base.with_overrides(machine=name, gpu_memory_gib=None)
-            planner = _Planner(prof, use_calibration)
-            probe = make_plan(dataclasses.replace(prof, max_model_len=target.context, users=target.users or 1))
+            planner = _Planner(prof, use_calibration, detect)
+            probe = make_plan(
+                dataclasses.replace(prof, max_model_len=target.context, users=target.users or 1), detect=detect
+            )
             first = first or probe
             machine, shape = probe.machine, probe.shape
             machine_list.append(machine)

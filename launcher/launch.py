@@ -89,12 +89,17 @@ def utc_stamp() -> str:
 
 
 def new_log_paths(profile: str, logs_dir: Path) -> tuple[Path, Path]:
-    """logs/<profile>-<UTC timestamp>.log and .json, never overwriting an existing run."""
+    """logs/<profile>-<UTC timestamp>.log and .json, never overwriting an existing run. Both stay directly inside
+    `logs_dir`: a name that would lead elsewhere (a `/`, `..`) is refused (profiles refuse such names already)."""
+    from launcher.errors import VlaunchError
+
     logs_dir.mkdir(parents=True, exist_ok=True)
     stamp = utc_stamp()
     for n in range(1000):
         suffix = "" if n == 0 else f"-{n}"
         log = logs_dir / f"{profile}-{stamp}{suffix}.log"
+        if any(sep in profile for sep in (os.sep, os.altsep) if sep) or log.resolve().parent != logs_dir.resolve():
+            raise VlaunchError(f"profile name {profile!r} would put the run log outside {logs_dir}", field="name")
         try:
             fd = os.open(log, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)  # vLLM's output: its owner's only
         except FileExistsError:

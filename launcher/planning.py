@@ -86,6 +86,7 @@ class Plan:
     version_found: Detected | None = None  # how the vLLM version was found (stated, python, image, assumed)
     use_calibration: bool = True  # False: planned without terms calibrated from earlier runs (--no-calibration)
     served_model: str = ""  # what vLLM is told to serve (the profile's model, unless that is a config.json)
+    detect: bool = False  # True: the launch's python could be run to read its vLLM version (serve, --detect-version)
 
     @property
     def fits(self) -> bool:
@@ -396,6 +397,34 @@ def _gpu_count_error(profile: Profile, machine: Machine, reading: MemoryReading 
     return f"{machine.name} has {have} GPU{'s' if have > 1 else ''}; {parts} needs {world}{more}"
 
 
+def check_parallel_sizes(shape: Model, profile: Profile) -> None:
+    """Refuse (one line, before any planning) a parallel size past what the model can be split into: more pipeline
+    stages than layers (a stage holds at least one), more tensor-parallel ranks than attention heads (each rank
+    holds at least one), more expert-parallel ranks (tensor × data parallel with expert parallel on) than experts.
+    Work per rank is then bounded by the model, not by the number given."""
+    tp, pp, dp = profile.tensor_parallel_size, profile.pipeline_parallel_size, profile.data_parallel_size
+    layers, heads = shape.num_layers, shape.num_heads
+    if layers and pp > layers:
+        raise ProfileError(
+            f"{pp} pipeline stages for the model's {layers} layers: each stage holds at least one layer "
+            f"(at most {layers})",
+            field="pipeline_parallel_size",
+        )
+    if heads and tp > heads:
+        raise ProfileError(
+            f"{tp} tensor-parallel ranks for the model's {heads} attention heads: each rank holds at least one "
+            f"(at most {heads}, and a divisor of it)",
+            field="tensor_parallel_size",
+        )
+    experts = shape.moe.num_experts if shape.moe is not None else 0
+    if profile.enable_expert_parallel and experts and tp * dp > experts:
+        raise ProfileError(
+            f"expert parallel over {tp * dp} ranks (tensor × data parallel) for the model's {experts} experts: "
+            f"each rank holds at least one (at most {experts})",
+            field="enable_expert_parallel",
+        )
+
+
 def _tp_error(shape: Model, tp: int) -> str | None:
     if shape.num_heads % tp:
         return f"Total number of attention heads ({shape.num_heads}) must be divisible by tensor parallel size ({tp})."
@@ -410,13 +439,18 @@ def make_plan(
     cpu_rss_bytes: int | None = None,
     use_calibration: bool = True,
     notes: tuple[str, ...] = (),
+    detect: bool = False,
 ) -> Plan:
     """Resolve everything a prediction needs and run it. `max_model_len: auto` is planned at the model's length,
     then, where one request of that does not fit the pool, at the length vLLM's auto-fit settles on. `notes`: what
-    reading the request noticed (a wrapper not repeated), said first."""
+    reading the request noticed (a wrapper not repeated), said first. `detect`: the launch's python may be run to
+    read its vLLM version when its files do not say it (serve, --detect-version); planning alone runs nothing."""
     kw: dict[str, Any] = {"live": live, "free_bytes": free_bytes, "cpu_rss_bytes": cpu_rss_bytes,
-                          "use_calibration": use_calibration}  # fmt: skip
-    plan = _noted(_auto_fit(profile, _make_plan(profile, **kw), kw), notes)
+                          "use_calibration": use_calibration, "detect": detect}  # fmt: skip
+    with contextlib.ExitStack() as stack:
+        if _REUSE.get() is None:  # one plan's ranks share their work too (each rank's layout, its weights)
+            stack.enter_context(reusing())
+        plan = _noted(_auto_fit(profile, _make_plan(profile, **kw), kw), notes)
     return plan
 
 
@@ -457,9 +491,11 @@ def _make_plan(
     cpu_rss_bytes: int | None = None,
     use_calibration: bool = True,
     mml: int | None = None,
+    detect: bool = False,
 ) -> Plan:
     src, shape, found = _memo(("model", profile.model, profile.config), lambda: _read(profile))
-    detected = _memo(("version", profile.vllm, live), lambda: detect_version(profile.vllm, ask=live))
+    check_parallel_sizes(shape, profile)
+    detected = _memo(("version", profile.vllm, detect), lambda: detect_version(profile.vllm, ask=detect))
     version = detected.version
     whole = shape
     towers_key = ("towers", id(whole), profile.language_model_only, profile.limit_mm_per_prompt, version)
@@ -669,6 +705,7 @@ def _make_plan(
         detected,
         use_calibration,
         served,
+        detect,
     )
 
 
@@ -732,9 +769,11 @@ def _placements(
     order = sorted(profile.nodes, key=lambda n: n.role != "head")
     gpu_owner: list[tuple[str, Machine, int]] = []
     for n in order:
+        if len(gpu_owner) >= tp * pp:
+            break  # the GPUs past those the ranks take are not planned
         m = get_machine(n.machine, gpu_memory_gib=n.gpu_memory_gib)
         reserve = _os_reserve(dataclasses.replace(profile, os_reserve_gib=n.os_reserve_gib), m, None)
-        gpu_owner += [(n.host, m, reserve)] * n.gpus
+        gpu_owner += [(n.host, m, reserve)] * min(n.gpus, tp * pp - len(gpu_owner))
     if len(gpu_owner) < tp * pp:
         raise ConfigError(
             f"tensor_parallel_size {tp} × pipeline_parallel_size {pp} needs {tp * pp} GPUs; the nodes have "

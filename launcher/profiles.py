@@ -218,12 +218,15 @@ def _cache_file(text: str) -> Path:
 
 
 def _cached_data(text: str) -> Any | None:
+    """The data cached for `text`, or None: an entry that is not a small regular file (a FIFO, a link to
+    /dev/zero), not JSON, nested too deeply, or for another text is no entry."""
     import json
 
+    from launcher.files import read_small
+
     try:
-        with open(_cache_file(text), encoding="utf-8") as fh:
-            entry = json.load(fh)
-    except (OSError, ValueError, UnicodeError):
+        entry = json.loads(read_small(_cache_file(text)))
+    except (VlaunchError, OSError, ValueError, UnicodeError, RecursionError, MemoryError):
         return None
     if isinstance(entry, dict) and entry.get("version") == _CACHE_VERSION and entry.get("text") == text:
         return entry.get("data")
@@ -431,6 +434,31 @@ def default_profile_name(machine_name: str) -> str:
     return DEFAULT_PROFILES.get(machine_name, DEFAULT_GPU_PROFILE)
 
 
+def default_profile_path(machine_name: str) -> Path:
+    """The bundled profile file for a machine: never a file of the same name in ./profiles."""
+    return BUNDLED_PROFILES / f"{default_profile_name(machine_name)}.yaml"
+
+
+def shadowing_note(arg: str, found: Path) -> str | None:
+    """What to say when the bare name `arg` resolved to `found`, a file other than the bundled profile of that
+    name (./profiles/NAME.yaml first, the bundled one after it): which file runs, and that a bundled one is
+    shadowed."""
+    if "/" in arg or os.sep in arg:
+        return None
+    for bundled in (BUNDLED_PROFILES / f"{arg}.yaml", BUNDLED_PROFILES / arg):
+        if not _exists(bundled, "file"):
+            continue
+        try:
+            same = os.path.samefile(bundled, found)
+        except (OSError, ValueError):
+            same = False
+        if not same:
+            return (
+                f"{arg!r} is {found}, which shadows the bundled profile of that name ({bundled}); give a path to choose"
+            )
+    return None
+
+
 def resolve_profile_arg(arg: str, profiles_dir: Path) -> Path:
     """A profile given as a path, or as a bare name looked up as `profiles_dir/<name>.yaml`, then among the
     bundled profiles."""
@@ -495,6 +523,56 @@ def _check_keys(data: Mapping[Any, Any], known: tuple[str, ...], path: str, ctx:
         close = _close(str(key), known, n=1, cutoff=0.6) if isinstance(key, str) else []
         hint = f"; did you mean {close[0]!r}?" if close else ""
         ctx.fail(_join(path, str(key)), f"unknown key{hint}")
+
+
+def printable(text: str) -> str:
+    """`text` with every character that is not printable written as an escape (`\\u2028`, `\\xff` for a byte
+    that was not UTF-8): safe to show in one line of an error."""
+    out = []
+    for ch in text:
+        if ch.isprintable():
+            out.append(ch)
+        elif 0xDC80 <= ord(ch) <= 0xDCFF:  # an undecodable byte of a file name (surrogateescape)
+            out.append(f"\\x{ord(ch) - 0xDC00:02x}")
+        else:
+            out.append(ascii(ch)[1:-1])
+    return "".join(out)
+
+
+PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+"""A profile's name: it names the run log and record under --logs-dir (`NAME-<stamp>.log`), the container
+(`vlaunch-NAME`) and `profiles/NAME.yaml`, so it is one plain file name: letters, digits, '.', '_', '-', not
+starting with '.' or '-', without '..'."""
+NAME_RULE = "letters, digits, '.', '_' and '-' (at most 128), starting with a letter or digit, without '..'"
+
+
+def name_problem(name: str) -> str | None:
+    """Why `name` cannot be a profile's name (PROFILE_NAME), or None."""
+    if PROFILE_NAME.fullmatch(name) and ".." not in name:
+        return None
+    return f"must be {NAME_RULE}; got {_show(name)}"
+
+
+def _name(v: object, path: str, ctx: _Ctx) -> Any:
+    text: str = _str(v, path, ctx)
+    problem = name_problem(text)
+    if problem:
+        ctx.fail(path, problem)
+    return text
+
+
+def _name_from_file(source: str) -> str:
+    """The name a profile without `name:` takes from its file name, refused (one line, naming the file) when the
+    file name is not a profile name."""
+    stem = Path(source).stem
+    problem = name_problem(stem)
+    if problem:
+        raise ProfileError(
+            f"no name: key, so the file name names the profile, and it {problem}; set name: or rename the file",
+            source=printable(source),
+            field="name",
+        )
+    return stem
 
 
 def _plain(text: str, path: str, ctx: _Ctx) -> str:
@@ -903,7 +981,7 @@ class FieldSpec:
 
 _F = FieldSpec
 FIELDS: tuple[FieldSpec, ...] = (
-    _F("name", _str, "Profile name (default: the file name without .yaml)."),
+    _F("name", _name, "Profile name: " + NAME_RULE + " (default: the file name without .yaml)."),
     _F("description", lambda v, p, c: _str(v, p, c, empty_ok=True), "Free text shown in listings."),
     _F("model", _model, "Hugging Face repo id or local model directory (required)."),
     _F("config", _config_path, "A config.json to count from, when the model's own cannot be read (vLLM's "
@@ -1058,7 +1136,10 @@ def profile_from_mapping(data: object, *, source: str | None = None, base_dir: P
     data = _fold_extra_args(data)
     values = {k: _FIELDS[k](data[k], k, ctx) for k in data}
     if "name" not in values:
-        values["name"] = Path(source).stem if source else "profile"
+        if source and not (source.startswith("<") and source.endswith(">")):  # `<profile>`: text, no file
+            values["name"] = _name_from_file(source)
+        else:
+            values["name"] = "profile"
     return Profile(**values, source=source)
 
 

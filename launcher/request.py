@@ -138,6 +138,7 @@ class Asked:
     profile: Profile
     notes: tuple[str, ...] = ()
     inputs: tuple[str, ...] = ()  # files read besides the profile (vLLM's --config YAML)
+    shadowing: str | None = None  # a bare name found a local file that shadows the bundled profile of that name
 
 
 def _field_dests() -> dict[str, Any]:
@@ -239,7 +240,7 @@ def build(
 ) -> Asked:
     """The profile asked for. `flags` holds vlaunch's option values by field dest ("users", "machine",
     "vllm_version", "serve_config"…); `vllm_words` the vLLM options given to vlaunch; `command` a pasted launch."""
-    from launcher.profiles import load_profile, resolve_profile_arg
+    from launcher.profiles import load_profile, resolve_profile_arg, shadowing_note
     from launcher.vllm.detect import detect_version
 
     values = {k: v for k, v in flags.items() if v is not None}
@@ -252,7 +253,8 @@ def build(
     if profile and _is_config_json(profile):
         values.setdefault("config", profile)
         profile = None
-    base = load_profile(resolve_profile_arg(profile, Path.cwd() / "profiles")) if profile else None
+    found = resolve_profile_arg(profile, Path.cwd() / "profiles") if profile else None
+    base = load_profile(found) if found else None
     iface = I.for_version(detect_version(_version_section(values, launch, base), ask=False).version)
     if launch is not None:
         _refuse_own_flags(launch, own or {}, iface)
@@ -278,7 +280,8 @@ def build(
     else:
         p = _from_flags(values.get("model"), values.get("config"), overrides)
         p = p.with_overrides(vllm=vllm) if vllm else p
-    return Asked(p, tuple(dict.fromkeys(notes)), (serve_config,) if serve_config else ())
+    shadowing = shadowing_note(profile, found) if profile and found else None
+    return Asked(p, tuple(dict.fromkeys(notes)), (serve_config,) if serve_config else (), shadowing)
 
 
 def _overrides(values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

