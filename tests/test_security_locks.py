@@ -519,6 +519,9 @@ def test_w4_no_group_is_signalled_unless_a_proven_process_leads_it(monkeypatch: 
     # a child in our own process group: its group is ours, never signalled
     p = subprocess.Popen(["sleep", "300"])
     q = subprocess.Popen(["sleep", "300"], start_new_session=True)  # leads its own group
+    deadline = time.monotonic() + 10
+    while os.getpgid(q.pid) != q.pid and time.monotonic() < deadline:  # the child calls setsid() after the fork
+        time.sleep(0.01)
     try:
         assert sup.stop_procs({p.pid: sup.start_time(p.pid) or 0}, grace=2).alive == []
         assert sent == []
