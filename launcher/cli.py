@@ -1250,7 +1250,8 @@ def calibrate(paths: tuple[str, ...], config: str | None, model: str | None, dry
     groups: dict[tuple[str, str], list[calibration.Sample]] = {}
     for s in samples:
         groups.setdefault((s.machine, s.version), []).append(s)
-    fitted = {k: calibration.fit(v) for k, v in groups.items()}
+    ignored: list[str] = []  # a run's term outside its physical bounds, naming the run
+    fitted = {k: calibration.fit(v, ignored) for k, v in groups.items()}
     stored = None
     if fitted and not dry_run:
         stored = calibration.save_terms(fitted)
@@ -1259,6 +1260,7 @@ def calibrate(paths: tuple[str, ...], config: str | None, model: str | None, dry
             {
                 "groups": [{"machine": m, "vllm_version": v, **t} for (m, v), t in fitted.items()],
                 "skipped": skipped,
+                "ignored": ignored,
                 "stored": str(stored) if stored else None,
             }
         )
@@ -1279,6 +1281,8 @@ def calibrate(paths: tuple[str, ...], config: str | None, model: str | None, dry
         click.echo(f"{m}, vLLM {v}: " + ", ".join(parts))
     for why in skipped:
         click.echo(f"skipped {why}")
+    for note in ignored:
+        click.echo(note)
     if not fitted:
         click.echo("nothing to calibrate from")
     elif stored:
