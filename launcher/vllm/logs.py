@@ -144,7 +144,7 @@ ENGINE_CONFIG = _p(
 )
 NON_DEFAULT_ARGS = _p(
     "non_default_args",
-    r"non-default args: (?P<args>\{.*\})",
+    r"non-default args: (?P<args>\{[^\n]*+)",  # up to the last "}": LogParser cuts it (linear)
     example="(APIServer pid=1) INFO 04-22 00:03:36 [entrypoints/utils.py:233] non-default args: {'model_tag': "
     "'meta-llama/Llama-3.1-8B-Instruct', 'max_model_len': 8192, 'gpu_memory_utilization': 0.95}",
     versions="0.8.5+",
@@ -860,9 +860,9 @@ DRIVER_TOO_OLD = _p(
 ADDRESS_IN_USE = _p(
     "address_in_use",
     r"\[Errno (?:98|48)\] (?:Address already in use|error while attempting to bind on address "
-    r"\((?P<addr>[^)]*?), (?P<port>\d+)(?:, \d+, \d+)?\): address already in use)"
-    r"|ZMQError: Address already in use(?: \(addr='[^']*?(?::(?P<iport>\d+))?'\))?"
-    r"|failed to bind to \S*?:(?P<iport>\d+) \(errno: 98 - Address already in use\)"
+    r"\((?P<addr>[^)\n]{0,256}?), (?P<port>\d+)(?:, \d+, \d+)?\): address already in use)"
+    r"|ZMQError: Address already in use(?: \(addr='[^'\n]{0,256}?(?::(?P<iport>\d+))?'\))?"
+    r"|failed to bind to (?:[^\s:]*+:)*?(?P<iport>\d+) \(errno: 98 - Address already in use\)"
     r"|port: (?P<iport>\d+), useIpv6: \w+, code: -98, name: EADDRINUSE",
     example="(APIServer pid=1) OSError: [Errno 98] Address already in use",
     versions="all: vLLM binds its API socket before the engine starts (0.6+: create_server_socket; before, uvicorn "
@@ -886,10 +886,13 @@ ADDRESS_IN_USE = _p(
         "failed to bind to [::]:29500 (errno: 98 - Address already in use).",
     ),
 )
+# A URL up to huggingface.co's host and an optional "api/models/": the shortest run of non-spaces before it, never
+# re-scanned from a later start (`\S*?huggingface` searches the rest of the text for the literal at each start).
+_HF_URL = r"(?:(?!huggingface\.co)\S)*+huggingface\.co/(?:api/models/)?"
 HF_GATED = _p(
     "hf_gated",
     r"GatedRepoError|(?:Cannot access|trying to access a) gated repo"
-    r"(?: for url \S*?huggingface\.co/(?:api/models/)?(?P<repo>[\w.-]+/[\w.-]+))?"
+    r"(?: for url " + _HF_URL + r"(?P<repo>[\w.-]+/[\w.-]+))?"
     r"|Access to model (?P<repo>[\w.-]+/[\w.-]+) is restricted(?P<unlisted> and you are not in the authorized list)?",
     example="Access to model meta-llama/Llama-3.1-8B-Instruct is restricted. You must have access to it and be "
     "authenticated to access it. Please log in.",
@@ -909,9 +912,8 @@ HF_GATED = _p(
 )
 HF_REPO_NOT_FOUND = _p(
     "hf_repo_not_found",
-    r"\b(?P<status>40[134]) Client Error(?:: [\w ]+ for url: \S*?huggingface\.co/(?:api/models/)?"
-    r"(?P<repo>[\w.-]+/[\w.-]+))?"
-    r"|Repository Not Found for url: (?:\S*?huggingface\.co/(?:api/models/)?(?P<repo>[\w.-]+/[\w.-]+))?"
+    r"\b(?P<status>40[134]) Client Error(?:: [\w ]+ for url: " + _HF_URL + r"(?P<repo>[\w.-]+/[\w.-]+))?"
+    r"|Repository Not Found for url: (?:" + _HF_URL + r"(?P<repo>[\w.-]+/[\w.-]+))?"
     r"|(?P<revision>Revision Not Found for url)"
     # the name starts where a run of name characters starts: a long run is tried once, not from every position in it
     r"|(?<![\w./-])(?P<repo>[\w./-]{1,256}) is not a local folder and is not a valid model identifier"
@@ -942,13 +944,15 @@ HF_REPO_NOT_FOUND = _p(
         "'Qwen/Qwen3-8B-Instructt'.",
     ),
 )
+_NETWORK_DOWN = r"name resolution|Name or service not known|Network is unreachable|Connection refused|timed out"
 HF_UNREACHABLE = _p(
     "hf_unreachable",
     r"We couldn't connect to '(?P<endpoint>[^']+)'|(?P<offline>outgoing traffic has been disabled)"
     r"|trying to locate the files? on the Hub"
     r"|(?P<hint>host='huggingface\.co'|Failed to resolve 'huggingface\.co'"
-    r"|Error retrieving file list: .*?(?:name resolution|Name or service not known|Network is unreachable"
-    r"|Connection refused|timed out))",
+    # each character is read by one attempt: the search stops at the next "Error retrieving file list: "
+    r"|Error retrieving file list: (?:(?!Error retrieving file list: |" + _NETWORK_DOWN + r").)*+"
+    r"(?:" + _NETWORK_DOWN + r"))",
     example="OSError: We couldn't connect to 'https://huggingface.co' to load this file, couldn't find it in the "
     "cached files and it looks like meta-llama/Llama-2-7b-hf is not the path to a directory containing a file named "
     "config.json.",
@@ -1521,7 +1525,7 @@ class LogParser:
                 f.engine = m["engine"].lower()
             self._engine_config(m["config"], continuation)
         if m := s(NON_DEFAULT_ARGS, line):  # a dict cut by a wrap does not parse: only a whole one counts
-            self._non_default(m["args"])
+            self._non_default(m["args"][: m["args"].rfind("}") + 1])
         if m := s(CHUNKED_PREFILL, line):
             f.max_num_batched_tokens = int(m["mnbt"])
         if m := s(MODEL_LOADING, line):
@@ -2083,19 +2087,24 @@ def _looks_like_record_start(line: str) -> bool:
     return bool(_RECORD_START.match(s))
 
 
+# Every regex of the reader is linear in its input: possessive quantifiers and atomic groups where two parts could
+# match the same characters (`pid=\d++[^)\n]*+`), a word boundary before `\w+` that a literal follows.
+_TAG_SRC = r"\(\w[\w ]*pid=\d++[^)\n]*+\)[ \t]*+"
+# (Process tags before the level need no part of their own: a line that starts with one matches `\(\w[\w ]*pid=`.)
 _RECORD_START_SRC = (
-    r"(?:\(\w[\w ]*pid=\d+[^)\n]*\)[ \t]*)*(?:\x1b\[[0-9;]*m)?"
+    r"(?:\x1b\[[0-9;]*m)?"
     r"(?:INFO|DEBUG|WARNING|ERROR|CRITICAL|Traceback|\[|\d{4}-\d\d-\d\d|"
-    r"[A-Z][a-z]{2} \d+|\d\d-\d\d \d\d:|\||#|-|\*|File \"|raise |\w+Error|\(\w[\w ]*pid=)"
+    r"[A-Z][a-z]{2} \d+|\d\d-\d\d \d\d:|\||#|-|\*|File \"|raise |\b\w+Error|\(\w[\w ]*pid=)"
 )
 _RECORD_START = re.compile(_RECORD_START_SRC)
 
 # The prefix vLLM writes before each line of a record, a multi-line message's too: process tags
 # ("(EngineCore_DP0 pid=123) "), then the logger's header ("ERROR 04-22 10:00:00 [core.py:700] ", "INFO 05-30
 # 16:22:20 llm_engine.py:234] " before 0.6).
-_HEADER_SRC = r"(?:INFO|DEBUG|WARNING|ERROR|CRITICAL){ansi} \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? (?:\[?[\w./-]+:\d+\] ?)?"
-_TAG_SRC = r"\(\w[\w ]*pid=\d+[^)\n]*\)[ \t]*"
-_PREFIX_SRC = "(?:{ansi}" + _TAG_SRC + ")+{ansi}(?:" + _HEADER_SRC + ")?|{ansi}" + _HEADER_SRC
+_HEADER_SRC = (
+    r"(?:INFO|DEBUG|WARNING|ERROR|CRITICAL){ansi} \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d++)? (?:\[?[\w./-]++:\d++\] ?)?"
+)
+_PREFIX_SRC = "(?>(?:{ansi}" + _TAG_SRC + ")+){ansi}(?:" + _HEADER_SRC + ")?|{ansi}" + _HEADER_SRC
 _PREFIX = re.compile(_PREFIX_SRC.format(ansi=""))
 
 
@@ -2169,7 +2178,7 @@ _CONTINUATION_RAW = std_re.compile(rb"\n[ \t\x00]*+(?!" + _RECORD_START_RAW + rb
 # start a record (the second case).
 _SAME_PREFIX_TAIL = rb"))[^\n]*+(?=\n\1[ \t\x00]*+(?!" + _RECORD_START_RAW + rb"|\r?\n|\Z))"
 _SAME_PREFIX_RAW = std_re.compile(rb"\n((?>" + _PREFIX_RAW + _SAME_PREFIX_TAIL)
-_SAME_PREFIX_AT = std_re.compile(rb"((?>" + _PREFIX_RAW + _SAME_PREFIX_TAIL)
+_SAME_PREFIX_AT = std_re.compile(rb"(?<![^\n])((?>" + _PREFIX_RAW + _SAME_PREFIX_TAIL)  # at a line's start only
 _BANNER_KEYWORDS = keywords_of((BOOT_BANNER,))
 
 
