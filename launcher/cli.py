@@ -822,6 +822,8 @@ def check(
 ) -> None:
     """Read a vLLM startup log: the numbers it states, the failure and its fix, and predicted vs logged.
 
+    LOG `-` (or /dev/stdin) reads the log from the standard input: `docker logs vllm 2>&1 | vlaunch check -`.
+
     With --profile or --config/--model the log's own flags (non-default args, engine config, version, total
     memory) complete the plan, so `vlaunch check LOG --config config.json` needs nothing else.
     Failures: memory (insufficient_free_memory, kv_too_small_for_max_model_len, no_kv_memory, cuda_oom,
