@@ -1451,16 +1451,23 @@ class LogParser:
         either (on a tie, their defaults). A forum's re-wrap put a line end where a space was: join with a space. A
         terminal's hard wrap cut at a fixed column, inside a word or a number: join as is."""
         either = [i for i, k in enumerate(self._breaks) if k >= _EITHER_SOFT]
-        keep = max(0, len(either) - _MAX_EITHER)
-        for i in either[:keep]:  # the oldest keep the reading they have
+        # the oldest keep the reading they have; past _WEIGHED_PIECES pieces every break does (a new one its
+        # default): the work per record is bounded, not 2**_MAX_EITHER readings for each of its lines
+        keep = max(0, len(either) - _MAX_EITHER) if len(self._pieces) <= _WEIGHED_PIECES else len(either)
+        for i in either[:keep]:
             self._breaks[i] = _HARD if self._hard.get(i, self._breaks[i] == _EITHER_HARD) else _SOFT
         either = either[keep:]
         default = {i: self._breaks[i] == _EITHER_HARD for i in either}
+        mask = 0
+        if either:  # the judges whose keywords a reading may hold: those of every break joined as is, or spaced
+            mask = _mask_of(self._join(dict.fromkeys(either, True))[0]) | _mask_of(self._join({})[0])
+            if not mask & _JUDGE_MASK:
+                either = []  # no judge can read across a break: every reading scores 0, the defaults win
         best, best_score, best_flips, best_hard = "", -1, 0, default
         for flips in range(1 << len(either)):
             hard = {i: default[i] != bool(flips >> k & 1) for k, i in enumerate(either)}
-            text, at = self._join(hard)
-            score = _read_across(text, [at[i] for i in either]) if either else 0
+            text, at = self._join(hard if either else default)
+            score = _read_across(text, [at[i] for i in either], mask) if either else 0
             n = bin(flips).count("1")
             if score > best_score or (score == best_score and n < best_flips):
                 best, best_score, best_flips, best_hard = text, score, n, hard
@@ -2124,6 +2131,10 @@ _NUMBER_END = frozenset("0123456789.,")
 # How a record's break joins its two lines: with a space, as is, or either (which one on a tie).
 _SOFT, _HARD, _EITHER_SOFT, _EITHER_HARD = 0, 1, 2, 3
 _MAX_EITHER = 6  # the breaks that could be either, weighed together (2**6 readings)
+# The pieces of a record over which readings are weighed: a statement the patterns read across breaks is a few lines
+# of a terminal (the longest, vLLM's "To serve at least one request …", is 5 at 80 columns); a longer record (an
+# engine config, a multi-line message, a run of full-width lines) joins its later breaks by their defaults.
+_WEIGHED_PIECES = 10
 
 
 def _break_kind(prev: str, before: str, piece: str) -> int:
@@ -2136,9 +2147,9 @@ def _break_kind(prev: str, before: str, piece: str) -> int:
     return _SOFT
 
 
-def _read_across(text: str, breaks: list[int]) -> int:
-    """How much the statement patterns read across `breaks` in `text`: the breaks inside each match, summed."""
-    m = _mask_of(text)
+def _read_across(text: str, breaks: list[int], m: int) -> int:
+    """How much the statement patterns read across `breaks` in `text`: the breaks inside each match, summed. `m`:
+    the patterns to try (a superset of those whose keywords `text` holds)."""
     score = 0
     for p in _WRAP_JUDGES:
         if m & _BIT[p.name]:
@@ -2152,6 +2163,7 @@ def _read_across(text: str, breaks: list[int]) -> int:
 _WRAP_JUDGES: tuple[Pattern, ...] = tuple(
     p for p in PATTERNS if p not in (ERROR_LINE, ENGINE_CONFIG, NON_DEFAULT_ARGS, HF_UNREACHABLE, GRAPH_CAPTURE_FRAME)
 )
+_JUDGE_MASK = _bits(_WRAP_JUDGES)
 
 # --- streaming over files ---------------------------------------------------------------------------------------
 #
