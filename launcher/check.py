@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
+import sys
 from dataclasses import field
-from typing import Any
+from typing import Any, BinaryIO
 
 from launcher.budget import Prediction
 from launcher.errors import VlaunchError
@@ -21,12 +23,49 @@ class NotAVllmLog(LogError):
     """The file holds no line vLLM prints and no launch failure vlaunch knows."""
 
 
-def read_log(path: str) -> LogFacts:
+STDIN_NAMES = frozenset(("-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"))
+"""LOG arguments that mean the standard input (a pipe: `journalctl -u vllm | vlaunch check -`)."""
+MAX_STDIN_LOG = 1 << 30
+"""How much of the standard input a log may be: a start-up log is far smaller, and a stream that never ends is
+refused here rather than read forever."""
+_HEADS: dict[str, bytes] = {}  # the first bytes read from the standard input, to say what it held
+
+
+class _BoundedInput(io.RawIOBase):
+    """The standard input as a raw binary file for parse_stream: refused (one line) past MAX_STDIN_LOG bytes; its
+    first bytes are kept in _HEADS."""
+
+    def __init__(self, raw: BinaryIO, source: str) -> None:
+        super().__init__()
+        self.raw, self.source, self.left = raw, source, MAX_STDIN_LOG
+        _HEADS[source] = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        view = memoryview(b).cast("B")
+        read = getattr(self.raw, "read1", self.raw.read)  # what a pipe has now, without waiting for a full buffer
+        data = read(min(len(view), self.left)) if self.left > 0 else read(1)
+        if self.left <= 0 and data:
+            raise LogError(f"more than {MAX_STDIN_LOG >> 30} GiB on the standard input: not a log", source=self.source)
+        view[: len(data)] = data
+        self.left -= len(data)
+        if len(_HEADS[self.source]) < 4096:
+            _HEADS[self.source] = (_HEADS[self.source] + data)[:4096]
+        return len(data)
+
+
+def read_log(path: str, stdin: BinaryIO | None = None) -> LogFacts:
+    """The facts of the log at `path`; `-` or /dev/stdin read the standard input (`stdin`, else sys.stdin)."""
     from launcher.files import open_regular
 
     try:
-        with open_regular(path, LogError) as fh:
-            facts = parse_stream(fh)
+        if path in STDIN_NAMES:
+            facts = parse_stream(io.BufferedReader(_BoundedInput(stdin or sys.stdin.buffer, path)))
+        else:
+            with open_regular(path, LogError) as fh:
+                facts = parse_stream(fh)
     except OSError as e:
         raise LogError(f"cannot read: {e.strerror}", source=path) from None
     facts.source = path
@@ -44,7 +83,9 @@ def require_vllm_log(f: LogFacts) -> LogFacts:
 
 def _what_it_is(path: str | None) -> str:
     head = b""
-    if path:
+    if path in _HEADS:
+        head = _HEADS[path]
+    elif path:
         try:
             with open(path, "rb") as fh:
                 head = fh.read(4096)
@@ -368,19 +409,32 @@ def render_facts(f: LogFacts) -> str:
     return "\n".join(lines)
 
 
+def _comparison_cell(x: float | None, unit: str) -> str:
+    if x is None:
+        return "—"
+    return f"{x:,.0f}" if unit in ("tokens", "blocks", "groups", "layers") else f"{x:,.2f}"
+
+
 def render_comparison(c: Comparison) -> str:
-    lines = ["", f"  {'':<22}{'predicted':>14}{'logged':>14}{'diff':>12}"]
-    for r in c.rows:
-
-        def show(x: float | None, unit: str = r.unit) -> str:
-            if x is None:
-                return "—"
-            return f"{x:,.0f}" if unit in ("tokens", "blocks", "groups", "layers") else f"{x:,.2f}"
-
-        pct = "" if r.delta_pct is None else f" ({r.delta_pct:+.1f}%)"
-        delta = "" if r.delta is None else show(r.delta)
+    """The predicted-vs-logged table: each column as wide as its longest cell (at least the usual widths), so
+    columns stay apart however large a number is."""
+    head = ("", "predicted", "logged", "diff")
+    cells = [
+        (
+            f"{r.bucket} ({r.unit})",
+            _comparison_cell(r.predicted, r.unit),
+            _comparison_cell(r.logged, r.unit),
+            "" if r.delta is None else _comparison_cell(r.delta, r.unit),
+            "" if r.delta_pct is None else f" ({r.delta_pct:+.1f}%)",
+        )
+        for r in c.rows
+    ]
+    label = max([22] + [len(row[0]) + 1 for row in cells])
+    widths = [max([w] + [len(row[i]) + 1 for row in cells]) for i, w in ((1, 14), (2, 14), (3, 12))]
+    lines = ["", f"  {head[0]:<{label}}" + "".join(f"{h:>{w}}" for h, w in zip(head[1:], widths, strict=True))]
+    for row in cells:
         lines.append(
-            f"  {r.bucket + ' (' + r.unit + ')':<22}{show(r.predicted):>14}{show(r.logged):>14}{delta:>12}{pct}"
+            f"  {row[0]:<{label}}" + "".join(f"{x:>{w}}" for x, w in zip(row[1:4], widths, strict=True)) + row[4]
         )
     lines.append(f"  {c.explanation}")
     for w in c.warnings:

@@ -470,26 +470,56 @@ def _bar_style(ascii_bar: bool) -> Any:
 _FORCE_HELP = "Overwrite FILE when it exists (never one of the command's own inputs)."
 
 
-def _inputs(p: Any, *more: object) -> list[str]:
-    """The files a command read: the profile, the config.json, the serve YAML, a log or a run record."""
-    found = [getattr(p, "source", None), getattr(p, "config", None), *more]
+def _inputs(p: Any, *more: object, source: Any = None) -> list[str]:
+    """The files a command read: the profile, the config.json, the serve YAML, a log or a run record, the model's
+    files (`_model_files`) and the calibration store."""
+    from launcher.calibration import calibration_path
+
+    found = [getattr(p, "source", None), getattr(p, "config", None), *more, str(calibration_path())]
+    found += _model_files(p, source)
     return [str(x) for x in found if isinstance(x, str | os.PathLike) and str(x)]
 
 
-def _write_text(path: str, text: str, *, inputs: tuple[str, ...] | list[str] = (), force: bool = False) -> None:
-    """Write an output file: never over one of the command's inputs, over an existing file only with --force,
-    and never through a symlink (the link is replaced, its target left alone); a reader sees the old file or the
-    new one, never half of one."""
-    from launcher.files import expand_user, write_atomic
+_CHECKPOINT_FILES = (".safetensors", ".safetensors.index.json", ".gguf", "hf_quant_config.json", "config.json")
+_MAX_MODEL_FILES = 10_000
+
+
+def _model_files(p: Any, source: Any = None) -> list[str]:
+    """The model's files a plan reads: every file of a model directory (or Hugging Face snapshot) it was given
+    (config.json, safetensors shards and index, GGUF, tokenizer); beside a config.json given as a file, the
+    checkpoint files the plan looks for there. `source` is the plan's ModelSource, when there is one."""
+    from launcher.files import expand_user
+
+    folder, whole = getattr(source, "model_dir", None), getattr(source, "origin", "") in ("directory", "hf-cache")
+    if source is None:
+        model, config = getattr(p, "model", None), getattr(p, "config", None)
+        with contextlib.suppress(VlaunchError, OSError, ValueError):
+            if isinstance(config, str) and config:
+                folder = os.path.dirname(os.path.abspath(expand_user(config)))
+            elif isinstance(model, str) and os.path.isdir(expand_user(model)):
+                folder, whole = expand_user(model), True
+            elif isinstance(model, str) and os.path.isfile(expand_user(model)):
+                folder = os.path.dirname(os.path.abspath(expand_user(model)))
+    if not folder:
+        return []
+    try:
+        with os.scandir(folder) as it:
+            names = [e.name for _, e in zip(range(_MAX_MODEL_FILES), it, strict=False)]
+    except (OSError, ValueError):
+        return []
+    return [os.path.join(folder, n) for n in names if whole or n.endswith(_CHECKPOINT_FILES)]
+
+
+def _output_target(path: str, inputs: tuple[str, ...] | list[str], force: bool) -> str:
+    """The absolute path an output goes to, refused (one line) when it is one of the command's inputs, not a
+    regular file, or an existing file without --force."""
+    from launcher.files import expand_user
 
     if "\x00" in path:
         raise VlaunchError("holds a NUL byte; no file has that name", source=path.replace("\x00", "\\x00"))
     target = os.path.abspath(expand_user(path))
     for given in inputs:
-        same = os.path.realpath(target) == os.path.realpath(os.path.expanduser(given))
-        with contextlib.suppress(OSError):
-            same = same or os.path.samefile(target, os.path.expanduser(given))
-        if same:
+        if _same_file(target, os.path.expanduser(given)):
             raise VlaunchError(f"is an input of this command ({given}); choose another output file", source=path)
     kind = _not_a_regular_file(target)
     if kind:  # /dev/null, a FIFO, a directory (or a link to one): a rename would replace it, not write to it
@@ -497,6 +527,33 @@ def _write_text(path: str, text: str, *, inputs: tuple[str, ...] | list[str] = (
     if os.path.lexists(target) and not force:
         what = "a symlink" if os.path.islink(target) else "an existing file"
         raise VlaunchError(f"{what}; pass --force to overwrite it", source=path)
+    return target
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether two paths name one file: by resolved path, or by device and inode (hard links, bind mounts)."""
+    same = os.path.realpath(a) == os.path.realpath(b)
+    with contextlib.suppress(OSError, ValueError):
+        same = same or os.path.samefile(a, b)
+    return same
+
+
+def _distinct_outputs(outputs: list[tuple[str, str | None]]) -> None:
+    """Refuse, before anything is written, two of a command's outputs (flag, path) that name one file."""
+    given = [(flag, path) for flag, path in outputs if path]
+    for i, (flag, path) in enumerate(given):
+        for other, path2 in given[:i]:
+            if _same_file(os.path.abspath(os.path.expanduser(path)), os.path.abspath(os.path.expanduser(path2))):
+                raise VlaunchError(f"{other} and {flag} name the same file; give each its own", source=path)
+
+
+def _write_text(path: str, text: str, *, inputs: tuple[str, ...] | list[str] = (), force: bool = False) -> None:
+    """Write an output file: never over one of the command's inputs, over an existing file only with --force,
+    and never through a symlink (the link is replaced, its target left alone); a reader sees the old file or the
+    new one, never half of one."""
+    from launcher.files import write_atomic
+
+    target = _output_target(path, inputs, force)
     try:
         write_atomic(target, text)
     except OSError as e:
@@ -608,7 +665,7 @@ def plan(
         from launcher.report import page_data, render_html
 
         page = render_html(page_data([x.to_json() for x in plans], description=p.description))
-        _write_text(html_path, page, inputs=_inputs(p, *request.inputs), force=force)
+        _write_text(html_path, page, inputs=_inputs(p, *request.inputs, source=result.source), force=force)
         if not as_json:
             click.echo(f"html: {html_path}")
     if not all(x.fits for x in plans):
@@ -774,10 +831,14 @@ def fit(
         detect=_detect(),
     )
     written = None
-    inputs = _inputs(base, flags.get("serve_config"))
-    if write_profile:
+    inputs = _inputs(base, flags.get("serve_config"), source=result.rows[0].plan.source if result.rows else None)
+    path = _fit_profile_path(write_profile) if write_profile else None
+    _distinct_outputs([("--write-profile", path), ("--html", html_path)])  # both refused before either is written
+    for out in (path, html_path):
+        if out:
+            _output_target(out, inputs, force)
+    if write_profile and path:
         row = _fit_pick(result, pick)
-        path = _fit_profile_path(write_profile)
         if not os.path.isabs(path) and path.startswith("profiles" + os.sep):
             os.makedirs("profiles", exist_ok=True)  # where `plan NAME` and `serve NAME` look first
         text = fitting.profile_text(row, os.path.basename(path).rsplit(".", 1)[0], result)
@@ -853,6 +914,8 @@ def check(
     log: str, profile: str | None, as_json: bool, free_gib: float | None, no_calibration: bool, **flags: Any
 ) -> None:
     """Read a vLLM startup log: the numbers it states, the failure and its fix, and predicted vs logged.
+
+    LOG `-` (or /dev/stdin) reads the log from the standard input: `docker logs vllm 2>&1 | vlaunch check -`.
 
     With --profile or --config/--model the log's own flags (non-default args, engine config, version, total
     memory) complete the plan, so `vlaunch check LOG --config config.json` needs nothing else.
@@ -1154,6 +1217,7 @@ def report(
     from launcher.report import page_data, render_html
 
     record = _read_run_record(source)
+    plan_ = None
     if record is not None:
         predicted = record["predicted"]
         diff = record.get("diff") if isinstance(record.get("diff"), dict) else None
@@ -1181,6 +1245,7 @@ def report(
     except (TypeError, ValueError, ArithmeticError) as e:
         raise VlaunchError(f"not a run record: {e}", source=source) from None
     read = [source, *(str(record[k]) for k in ("log", "profile_path") if record and isinstance(record.get(k), str))]
+    read += _report_inputs(profile, flags, plan_)
     _write_text(html_path, render_html(data), inputs=read, force=force)
     if as_json:
         emit_json({"html": html_path, **data})
@@ -1188,6 +1253,23 @@ def report(
         click.echo(f"html: {html_path}")
     if logged and logged.get("failure"):
         sys.exit(1)
+
+
+def _report_inputs(profile: str | None, flags: dict[str, Any], plan_: Any) -> list[str]:
+    """What `report` read besides its SOURCE: --profile (the file it names), --config/--hf-config-path, the serve
+    YAML and, with a plan, the model's files and the calibration store."""
+    found: list[str] = [str(flags[k]) for k in ("config", "serve_config") if isinstance(flags.get(k), str)]
+    if profile:
+        from pathlib import Path
+
+        from launcher.profiles import resolve_profile_arg
+
+        found.append(profile)
+        with contextlib.suppress(VlaunchError, OSError):
+            found.append(str(resolve_profile_arg(profile, Path.cwd() / "profiles")))
+    if plan_ is not None:
+        found += _inputs(plan_.profile, source=plan_.source)
+    return found
 
 
 @main.command(cls=_VllmCommand)
@@ -1227,7 +1309,7 @@ def render(
     except ValueError as e:
         raise VlaunchError(str(e)) from None
     if output:
-        _write_text(output, text, inputs=_inputs(p, profile, *request.inputs), force=force)
+        _write_text(output, text, inputs=_inputs(p, profile, *request.inputs, source=result.source), force=force)
     if as_json:
         emit_json({"as": kind, "output": output, "fits": result.fits, "text": text})
     elif not output:
@@ -1318,7 +1400,8 @@ def calibrate(paths: tuple[str, ...], config: str | None, model: str | None, dry
     groups: dict[tuple[str, str], list[calibration.Sample]] = {}
     for s in samples:
         groups.setdefault((s.machine, s.version), []).append(s)
-    fitted = {k: calibration.fit(v) for k, v in groups.items()}
+    ignored: list[str] = []  # a run's term outside its physical bounds, naming the run
+    fitted = {k: calibration.fit(v, ignored) for k, v in groups.items()}
     stored = None
     if fitted and not dry_run:
         stored = calibration.save_terms(fitted)
@@ -1327,6 +1410,7 @@ def calibrate(paths: tuple[str, ...], config: str | None, model: str | None, dry
             {
                 "groups": [{"machine": m, "vllm_version": v, **t} for (m, v), t in fitted.items()],
                 "skipped": skipped,
+                "ignored": ignored,
                 "stored": str(stored) if stored else None,
             }
         )
@@ -1347,6 +1431,8 @@ def calibrate(paths: tuple[str, ...], config: str | None, model: str | None, dry
         click.echo(f"{m}, vLLM {v}: " + ", ".join(parts))
     for why in skipped:
         click.echo(f"skipped {why}")
+    for note in ignored:
+        click.echo(note)
     if not fitted:
         click.echo("nothing to calibrate from")
     elif stored:

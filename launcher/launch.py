@@ -37,6 +37,7 @@ from launcher.files import write_atomic
 from launcher.planning import Plan
 from launcher.records import dataclass
 from launcher.redact import Masker
+from launcher.units import GiB
 from launcher.vllm import logs
 from launcher.vllm import pool as vp
 from launcher.vllm import versions as V
@@ -327,7 +328,7 @@ def serve(
             f = watcher.facts
             if not compared and (f.kv_pool_tokens is not None or f.num_blocks is not None):
                 compared = True
-                _calibrate_cpu(plan, f, record)
+                _calibrate_cpu(plan, f, record, echo)
                 comparison = compare(plan, f)
                 record["diff"] = comparison.to_json()
                 echo("predicted vs logged:" + render_comparison(comparison))
@@ -599,7 +600,7 @@ def write_record(path: Path, record: dict[str, Any]) -> None:
     write_atomic(path, json.dumps(record, indent=2), mode=0o600)
 
 
-def _calibrate_cpu(plan: Plan, f: logs.LogFacts, record: dict[str, Any]) -> None:
+def _calibrate_cpu(plan: Plan, f: logs.LogFacts, record: dict[str, Any], echo: Callable[[str], None]) -> None:
     """A CPU run measures the worker's resident memory: keep it for the next plan on this box."""
     p = plan.prediction
     if p.args.platform != "cpu" or f.kv_pool_tokens is None or f.total_memory_gib is None:
@@ -610,14 +611,21 @@ def _calibrate_cpu(plan: Plan, f: logs.LogFacts, record: dict[str, Any]) -> None
     base = calibration.cpu_worker_from_log(
         f.total_memory_gib, float(f.gpu_memory_utilization), pool_bytes, p.weights_bytes
     )
+    total = round(f.total_memory_gib * GiB)
+    source = f"serve {plan.profile.name} ({record.get('log') or 'this run'})"
+    if (problem := calibration.cpu_worker_problem(base, total, source)) is not None:
+        record["calibration"] = {"ignored": problem}  # a worker of negative size or more than the box: no measurement
+        echo(problem)
+        return
     with contextlib.suppress(OSError):
         entry = calibration.record_cpu_worker(
             "cpu",
             V.fmt_version(p.args.version),
             plan.profile.vllm.python,
             base,
-            f"serve {plan.profile.name}",
+            source,
             family=plan.shape.family,
+            total_bytes=total,
         )
         record["calibration"] = {"cpu_worker_base_bytes": entry.base_bytes, "runs": entry.runs}
 

@@ -572,15 +572,21 @@ def _make_plan(
                 ("modelled", id(shape), spec), lambda: _modelled_bytes(ckpt, shape, ts, per_tensor), shape
             )
     calibrated = None
+    calibration_notes: tuple[str, ...] = ()  # stored terms left out: outside their physical bounds
     if platform == "cpu" and cpu_rss_bytes is None and use_calibration:
-        calibrated = _memo(
-            ("cpu_worker", version, profile.vllm.python, shape.family),
-            lambda: lookup_cpu_worker("cpu", V.fmt_version(version), profile.vllm.python, family=shape.family),
+        calibrated, calibration_notes = _memo(
+            ("cpu_worker", version, profile.vllm.python, shape.family, machine.total_bytes),
+            lambda: lookup_cpu_worker(
+                "cpu", V.fmt_version(version), profile.vllm.python, family=shape.family, total_bytes=machine.total_bytes
+            ),
         )
     gpu_terms = None
     if platform == "cuda" and use_calibration and profile.overhead_gib is None:
         key = machine_key(machine.name, machine.total_bytes)
-        terms = _memo(("terms", key, version), lambda: lookup_terms(key, V.fmt_version(version)))
+        terms, calibration_notes = _memo(
+            ("terms", key, version, machine.total_bytes),
+            lambda: lookup_terms(key, V.fmt_version(version), total_bytes=machine.total_bytes),
+        )
         if terms:
             nt_key = "non_torch_bytes_tp1" if args.tensor_parallel_size == 1 else "non_torch_bytes_tp_many"
             gpu_terms = budget.Calibrated(
@@ -657,6 +663,7 @@ def _make_plan(
     notes: list[str] = []
     launch_notes, unlaunchable = _launch_check(profile, pred, spec, stored, version)  # read back by that vLLM
     notes += launch_notes
+    notes += calibration_notes
     if calibrated is not None:
         notes.append(
             f"CPU worker memory calibrated from {calibrated.runs} run(s) of vLLM {V.fmt_version(version)} here"

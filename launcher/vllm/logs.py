@@ -144,7 +144,7 @@ ENGINE_CONFIG = _p(
 )
 NON_DEFAULT_ARGS = _p(
     "non_default_args",
-    r"non-default args: (?P<args>\{.*\})",
+    r"non-default args: (?P<args>\{[^\n]*+)",  # up to the last "}": LogParser cuts it (linear)
     example="(APIServer pid=1) INFO 04-22 00:03:36 [entrypoints/utils.py:233] non-default args: {'model_tag': "
     "'meta-llama/Llama-3.1-8B-Instruct', 'max_model_len': 8192, 'gpu_memory_utilization': 0.95}",
     versions="0.8.5+",
@@ -860,9 +860,9 @@ DRIVER_TOO_OLD = _p(
 ADDRESS_IN_USE = _p(
     "address_in_use",
     r"\[Errno (?:98|48)\] (?:Address already in use|error while attempting to bind on address "
-    r"\((?P<addr>[^)]*?), (?P<port>\d+)(?:, \d+, \d+)?\): address already in use)"
-    r"|ZMQError: Address already in use(?: \(addr='[^']*?(?::(?P<iport>\d+))?'\))?"
-    r"|failed to bind to \S*?:(?P<iport>\d+) \(errno: 98 - Address already in use\)"
+    r"\((?P<addr>[^)\n]{0,256}?), (?P<port>\d+)(?:, \d+, \d+)?\): address already in use)"
+    r"|ZMQError: Address already in use(?: \(addr='[^'\n]{0,256}?(?::(?P<iport>\d+))?'\))?"
+    r"|failed to bind to (?:[^\s:]*+:)*?(?P<iport>\d+) \(errno: 98 - Address already in use\)"
     r"|port: (?P<iport>\d+), useIpv6: \w+, code: -98, name: EADDRINUSE",
     example="(APIServer pid=1) OSError: [Errno 98] Address already in use",
     versions="all: vLLM binds its API socket before the engine starts (0.6+: create_server_socket; before, uvicorn "
@@ -886,10 +886,13 @@ ADDRESS_IN_USE = _p(
         "failed to bind to [::]:29500 (errno: 98 - Address already in use).",
     ),
 )
+# A URL up to huggingface.co's host and an optional "api/models/": the shortest run of non-spaces before it, never
+# re-scanned from a later start (`\S*?huggingface` searches the rest of the text for the literal at each start).
+_HF_URL = r"(?:(?!huggingface\.co)\S)*+huggingface\.co/(?:api/models/)?"
 HF_GATED = _p(
     "hf_gated",
     r"GatedRepoError|(?:Cannot access|trying to access a) gated repo"
-    r"(?: for url \S*?huggingface\.co/(?:api/models/)?(?P<repo>[\w.-]+/[\w.-]+))?"
+    r"(?: for url " + _HF_URL + r"(?P<repo>[\w.-]+/[\w.-]+))?"
     r"|Access to model (?P<repo>[\w.-]+/[\w.-]+) is restricted(?P<unlisted> and you are not in the authorized list)?",
     example="Access to model meta-llama/Llama-3.1-8B-Instruct is restricted. You must have access to it and be "
     "authenticated to access it. Please log in.",
@@ -909,9 +912,8 @@ HF_GATED = _p(
 )
 HF_REPO_NOT_FOUND = _p(
     "hf_repo_not_found",
-    r"\b(?P<status>40[134]) Client Error(?:: [\w ]+ for url: \S*?huggingface\.co/(?:api/models/)?"
-    r"(?P<repo>[\w.-]+/[\w.-]+))?"
-    r"|Repository Not Found for url: (?:\S*?huggingface\.co/(?:api/models/)?(?P<repo>[\w.-]+/[\w.-]+))?"
+    r"\b(?P<status>40[134]) Client Error(?:: [\w ]+ for url: " + _HF_URL + r"(?P<repo>[\w.-]+/[\w.-]+))?"
+    r"|Repository Not Found for url: (?:" + _HF_URL + r"(?P<repo>[\w.-]+/[\w.-]+))?"
     r"|(?P<revision>Revision Not Found for url)"
     # the name starts where a run of name characters starts: a long run is tried once, not from every position in it
     r"|(?<![\w./-])(?P<repo>[\w./-]{1,256}) is not a local folder and is not a valid model identifier"
@@ -942,13 +944,15 @@ HF_REPO_NOT_FOUND = _p(
         "'Qwen/Qwen3-8B-Instructt'.",
     ),
 )
+_NETWORK_DOWN = r"name resolution|Name or service not known|Network is unreachable|Connection refused|timed out"
 HF_UNREACHABLE = _p(
     "hf_unreachable",
     r"We couldn't connect to '(?P<endpoint>[^']+)'|(?P<offline>outgoing traffic has been disabled)"
     r"|trying to locate the files? on the Hub"
     r"|(?P<hint>host='huggingface\.co'|Failed to resolve 'huggingface\.co'"
-    r"|Error retrieving file list: .*?(?:name resolution|Name or service not known|Network is unreachable"
-    r"|Connection refused|timed out))",
+    # each character is read by one attempt: the search stops at the next "Error retrieving file list: "
+    r"|Error retrieving file list: (?:(?!Error retrieving file list: |" + _NETWORK_DOWN + r").)*+"
+    r"(?:" + _NETWORK_DOWN + r"))",
     example="OSError: We couldn't connect to 'https://huggingface.co' to load this file, couldn't find it in the "
     "cached files and it looks like meta-llama/Llama-2-7b-hf is not the path to a directory containing a file named "
     "config.json.",
@@ -1447,16 +1451,23 @@ class LogParser:
         either (on a tie, their defaults). A forum's re-wrap put a line end where a space was: join with a space. A
         terminal's hard wrap cut at a fixed column, inside a word or a number: join as is."""
         either = [i for i, k in enumerate(self._breaks) if k >= _EITHER_SOFT]
-        keep = max(0, len(either) - _MAX_EITHER)
-        for i in either[:keep]:  # the oldest keep the reading they have
+        # the oldest keep the reading they have; past _WEIGHED_PIECES pieces every break does (a new one its
+        # default): the work per record is bounded, not 2**_MAX_EITHER readings for each of its lines
+        keep = max(0, len(either) - _MAX_EITHER) if len(self._pieces) <= _WEIGHED_PIECES else len(either)
+        for i in either[:keep]:
             self._breaks[i] = _HARD if self._hard.get(i, self._breaks[i] == _EITHER_HARD) else _SOFT
         either = either[keep:]
         default = {i: self._breaks[i] == _EITHER_HARD for i in either}
+        mask = 0
+        if either:  # the judges whose keywords a reading may hold: those of every break joined as is, or spaced
+            mask = _mask_of(self._join(dict.fromkeys(either, True))[0]) | _mask_of(self._join({})[0])
+            if not mask & _JUDGE_MASK:
+                either = []  # no judge can read across a break: every reading scores 0, the defaults win
         best, best_score, best_flips, best_hard = "", -1, 0, default
         for flips in range(1 << len(either)):
             hard = {i: default[i] != bool(flips >> k & 1) for k, i in enumerate(either)}
-            text, at = self._join(hard)
-            score = _read_across(text, [at[i] for i in either]) if either else 0
+            text, at = self._join(hard if either else default)
+            score = _read_across(text, [at[i] for i in either], mask) if either else 0
             n = bin(flips).count("1")
             if score > best_score or (score == best_score and n < best_flips):
                 best, best_score, best_flips, best_hard = text, score, n, hard
@@ -1521,7 +1532,7 @@ class LogParser:
                 f.engine = m["engine"].lower()
             self._engine_config(m["config"], continuation)
         if m := s(NON_DEFAULT_ARGS, line):  # a dict cut by a wrap does not parse: only a whole one counts
-            self._non_default(m["args"])
+            self._non_default(m["args"][: m["args"].rfind("}") + 1])
         if m := s(CHUNKED_PREFILL, line):
             f.max_num_batched_tokens = int(m["mnbt"])
         if m := s(MODEL_LOADING, line):
@@ -2083,19 +2094,24 @@ def _looks_like_record_start(line: str) -> bool:
     return bool(_RECORD_START.match(s))
 
 
+# Every regex of the reader is linear in its input: possessive quantifiers and atomic groups where two parts could
+# match the same characters (`pid=\d++[^)\n]*+`), a word boundary before `\w+` that a literal follows.
+_TAG_SRC = r"\(\w[\w ]*pid=\d++[^)\n]*+\)[ \t]*+"
+# (Process tags before the level need no part of their own: a line that starts with one matches `\(\w[\w ]*pid=`.)
 _RECORD_START_SRC = (
-    r"(?:\(\w[\w ]*pid=\d+[^)\n]*\)[ \t]*)*(?:\x1b\[[0-9;]*m)?"
+    r"(?:\x1b\[[0-9;]*m)?"
     r"(?:INFO|DEBUG|WARNING|ERROR|CRITICAL|Traceback|\[|\d{4}-\d\d-\d\d|"
-    r"[A-Z][a-z]{2} \d+|\d\d-\d\d \d\d:|\||#|-|\*|File \"|raise |\w+Error|\(\w[\w ]*pid=)"
+    r"[A-Z][a-z]{2} \d+|\d\d-\d\d \d\d:|\||#|-|\*|File \"|raise |\b\w+Error|\(\w[\w ]*pid=)"
 )
 _RECORD_START = re.compile(_RECORD_START_SRC)
 
 # The prefix vLLM writes before each line of a record, a multi-line message's too: process tags
 # ("(EngineCore_DP0 pid=123) "), then the logger's header ("ERROR 04-22 10:00:00 [core.py:700] ", "INFO 05-30
 # 16:22:20 llm_engine.py:234] " before 0.6).
-_HEADER_SRC = r"(?:INFO|DEBUG|WARNING|ERROR|CRITICAL){ansi} \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? (?:\[?[\w./-]+:\d+\] ?)?"
-_TAG_SRC = r"\(\w[\w ]*pid=\d+[^)\n]*\)[ \t]*"
-_PREFIX_SRC = "(?:{ansi}" + _TAG_SRC + ")+{ansi}(?:" + _HEADER_SRC + ")?|{ansi}" + _HEADER_SRC
+_HEADER_SRC = (
+    r"(?:INFO|DEBUG|WARNING|ERROR|CRITICAL){ansi} \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d++)? (?:\[?[\w./-]++:\d++\] ?)?"
+)
+_PREFIX_SRC = "(?>(?:{ansi}" + _TAG_SRC + ")+){ansi}(?:" + _HEADER_SRC + ")?|{ansi}" + _HEADER_SRC
 _PREFIX = re.compile(_PREFIX_SRC.format(ansi=""))
 
 
@@ -2115,6 +2131,10 @@ _NUMBER_END = frozenset("0123456789.,")
 # How a record's break joins its two lines: with a space, as is, or either (which one on a tie).
 _SOFT, _HARD, _EITHER_SOFT, _EITHER_HARD = 0, 1, 2, 3
 _MAX_EITHER = 6  # the breaks that could be either, weighed together (2**6 readings)
+# The pieces of a record over which readings are weighed: a statement the patterns read across breaks is a few lines
+# of a terminal (the longest, vLLM's "To serve at least one request …", is 5 at 80 columns); a longer record (an
+# engine config, a multi-line message, a run of full-width lines) joins its later breaks by their defaults.
+_WEIGHED_PIECES = 10
 
 
 def _break_kind(prev: str, before: str, piece: str) -> int:
@@ -2127,9 +2147,9 @@ def _break_kind(prev: str, before: str, piece: str) -> int:
     return _SOFT
 
 
-def _read_across(text: str, breaks: list[int]) -> int:
-    """How much the statement patterns read across `breaks` in `text`: the breaks inside each match, summed."""
-    m = _mask_of(text)
+def _read_across(text: str, breaks: list[int], m: int) -> int:
+    """How much the statement patterns read across `breaks` in `text`: the breaks inside each match, summed. `m`:
+    the patterns to try (a superset of those whose keywords `text` holds)."""
     score = 0
     for p in _WRAP_JUDGES:
         if m & _BIT[p.name]:
@@ -2143,6 +2163,7 @@ def _read_across(text: str, breaks: list[int]) -> int:
 _WRAP_JUDGES: tuple[Pattern, ...] = tuple(
     p for p in PATTERNS if p not in (ERROR_LINE, ENGINE_CONFIG, NON_DEFAULT_ARGS, HF_UNREACHABLE, GRAPH_CAPTURE_FRAME)
 )
+_JUDGE_MASK = _bits(_WRAP_JUDGES)
 
 # --- streaming over files ---------------------------------------------------------------------------------------
 #
@@ -2169,7 +2190,7 @@ _CONTINUATION_RAW = std_re.compile(rb"\n[ \t\x00]*+(?!" + _RECORD_START_RAW + rb
 # start a record (the second case).
 _SAME_PREFIX_TAIL = rb"))[^\n]*+(?=\n\1[ \t\x00]*+(?!" + _RECORD_START_RAW + rb"|\r?\n|\Z))"
 _SAME_PREFIX_RAW = std_re.compile(rb"\n((?>" + _PREFIX_RAW + _SAME_PREFIX_TAIL)
-_SAME_PREFIX_AT = std_re.compile(rb"((?>" + _PREFIX_RAW + _SAME_PREFIX_TAIL)
+_SAME_PREFIX_AT = std_re.compile(rb"(?<![^\n])((?>" + _PREFIX_RAW + _SAME_PREFIX_TAIL)  # at a line's start only
 _BANNER_KEYWORDS = keywords_of((BOOT_BANNER,))
 
 
