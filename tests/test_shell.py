@@ -136,3 +136,10 @@ def test_not_a_vllm_launch_is_one_line(command: list[str]) -> None:
 def test_one_word_holding_the_whole_command_is_split() -> None:
     launch = read(["CUDA_VISIBLE_DEVICES=1 vllm serve m --max-model-len 4k"], {})
     assert launch.env == (("CUDA_VISIBLE_DEVICES", "1"),) and launch.args == ("m", "--max-model-len", "4k")
+
+
+@pytest.mark.parametrize("runtime", ["docker", "podman"])
+def test_a_container_run_without_an_image_is_refused(runtime: str) -> None:
+    """`docker run vllm serve m/x` (the image left out) names no image called `vllm`: it is refused, saying so."""
+    with pytest.raises(CommandError, match=rf"{runtime} run names no image"):
+        read([f"{runtime} run --gpus all vllm serve m/x"], {})

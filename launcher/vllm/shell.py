@@ -504,6 +504,8 @@ def _container_run(ws: list[Word], env: Mapping[str, str], notes: list[str], dep
     kept = _read_options(opts, env, notes)
     image = _text(ws[at], env)
     after = ws[at + 1 :]
+    if image == "vllm" and after and after[0].raw == "serve":  # `docker run … vllm serve M`: the image left out
+        raise CommandError(f"{runtime} run names no image: put the image before `vllm serve` (vllm/vllm-openai:TAG)")
     if kept.entrypoint:
         if os.path.basename(kept.entrypoint) not in (*_SHELLS, "vllm") and not kept.entrypoint.startswith("python"):
             raise CommandError(f"--entrypoint {kept.entrypoint}: not a shell, vllm or python; vlaunch cannot read it")
