@@ -123,3 +123,12 @@ def test_what_vlaunch_reads_it_writes_back_the_same(words: list[str]) -> None:
     assert jsonable({k: v for k, v in again.items() if k != "model"}) == jsonable(
         {k: v for k, v in got.items() if k != "model" and v is not None}
     )
+
+
+@pytest.mark.parametrize("value", ["1", "-1", "936.2", "5.4e+16", '"mtp"', "[1, 2]", "true"])
+@pytest.mark.parametrize("flag", ["--speculative-config", "--limit-mm-per-prompt"])
+def test_a_config_flag_takes_a_json_object(flag: str, value: str) -> None:
+    """vLLM parses any JSON here and then builds its config from the object's fields: anything else is refused in
+    one line (it was an internal error, exit 70)."""
+    with pytest.raises(FlagError, match=rf"{flag} takes a JSON object"):
+        request("m", flag, value)

@@ -393,3 +393,10 @@ def test_image_from_the_table_plans_its_vllm() -> None:
     _, d = _plan("llama8b-32k", "--image", "nvcr.io/nvidia/vllm:26.01-py3")
     assert (d["vllm_version"], d["vllm_version_source"], d["vllm_version_warnings"]) == ("0.13.0", "image", [])
     assert "NVIDIA's release notes 26.01 say 0.11.1" in d["vllm_version_detail"]
+
+
+@pytest.mark.parametrize("text", ["0.19." + "9" * 4400, "9" * 5000 + ".1", "0." + "1" * 30, "v0.11.0" + "x" * 300])
+def test_a_version_with_numbers_no_release_has_is_refused(text: str) -> None:
+    """Python's int() refuses more than 4,300 digits (a ValueError, once exit 70): such a version is refused."""
+    with pytest.raises(ConfigError, match="not a vLLM version"):
+        V.parse_version(text)

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from launcher.vllm.serveparse import Given, ServeArgs
 
 # vLLM's field (EngineArgs / the frontend's dest) -> the profile key it sets.
+_OBJECT_FLAGS = {"speculative_config": "--speculative-config", "limit_mm_per_prompt": "--limit-mm-per-prompt"}
+"""Modelled flags whose JSON must be an object: vLLM builds a config from its fields (a number fails there)."""
+
 MODELLED: dict[str, str] = {
     "model_tag": "model",
     "model": "model",
@@ -191,6 +194,9 @@ def request_of(args: ServeArgs) -> dict[str, Any]:
     out = {dest: values[dest] for dest in MODELLED if dest in values and dest != "model_tag"}
     if values.get("model_tag") is not None:
         out["model"] = values["model_tag"]
+    for dest, flag in _OBJECT_FLAGS.items():  # vLLM reads any JSON here, then takes the value as its config's fields
+        if out.get(dest) is not None and not isinstance(out[dest], dict):
+            raise FlagError(f'{flag} takes a JSON object ({{"key": value}}), got {json.dumps(out[dest])[:60]}')
     spec = out.get("speculative_config")
     for dest, (flag, key) in SPEC_FLAGS.items():
         if values.get(dest) is None:

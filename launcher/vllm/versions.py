@@ -23,7 +23,8 @@ LATEST: Version = (0, 33, 0)
 
 _EXAMPLES = "expected e.g. 0.19.0, v0.11.0 or 0.6.4.post1"
 # NVIDIA's container tags (25.11-py3, 25.12.post1-py3, or a bare 26.01) look like versions but are release months.
-_PLAIN = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
+_PLAIN = re.compile(r"v?(\d{1,9})\.(\d{1,9})(?:\.(\d{1,9}))?")
+_LONG_NUMBER = re.compile(r"\d{20}")
 _NGC_TAG = re.compile(r"^(?:\d\d\.\d\d(?:\.post\d+)?-py3|2\d\.\d\d(?:\.post\d+)?)$")
 
 
@@ -41,6 +42,8 @@ def read_version(text: str) -> Pep440:
     from packaging.version import Version as Pep440  # imported when a version is read, not with every rule
 
     t = str(text).strip()
+    if len(t) > 256 or _LONG_NUMBER.search(t):  # no release has such numbers; int() of 4,300 digits raises
+        raise ConfigError(f"not a vLLM version: {t[:40]!r}… ({_EXAMPLES})", field="vllm.version")
     if t.endswith(".whl"):
         return _wheel_version(t)
     if _NGC_TAG.match(t):
