@@ -532,6 +532,8 @@ def _output_target(path: str, inputs: tuple[str, ...] | list[str], force: bool) 
 
 def _same_file(a: str, b: str) -> bool:
     """Whether two paths name one file: by resolved path, or by device and inode (hard links, bind mounts)."""
+    if "\x00" in a or "\x00" in b:  # no file has such a name: it is nothing the other names
+        return False
     same = os.path.realpath(a) == os.path.realpath(b)
     with contextlib.suppress(OSError, ValueError):
         same = same or os.path.samefile(a, b)

@@ -164,3 +164,21 @@ def test_fit_profile_and_page_on_two_paths_are_both_written(model: Path) -> None
     assert r.exit_code == 0, r.output[-500:]
     assert (model.parent / "x.yml").read_text().startswith(("#", "name", "model", "description"))
     assert (model.parent / "x.html").read_text().startswith("<!")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["report", "record.json", "--html", "out.html", "--config", "x\x00y"],  # an input named with a NUL
+        ["render", "--as", "docker", "~e\x00MS"],  # a profile named with a NUL after `~`
+        ["plan", "~nobody\x00x"],
+    ],
+)
+def test_a_nul_byte_in_a_path_is_a_one_line_refusal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    args: list[str]) -> None:  # fmt: skip
+    """No file name holds a NUL: Python's path calls raise ValueError on one (it was exit 70)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "record.json").write_text("{}")
+    r = run(*args)
+    assert r.exit_code == 2, (r.exit_code, r.output[-800:])
+    assert len(r.stderr.strip().splitlines()) == 1 and "internal error" not in r.stderr, r.stderr
