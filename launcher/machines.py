@@ -245,9 +245,14 @@ def catalog_name_for_gpu(gpu_name: str) -> str | None:
     return None
 
 
+MIN_GIB = 1.0
+MAX_GIB = float(2**20)
+
+
 def _check_gib(gpu_memory_gib: float) -> int:
-    if not math.isfinite(gpu_memory_gib) or gpu_memory_gib <= 0:
-        raise MachineError(f"gpu_memory_gib must be a positive number of GiB, got {gpu_memory_gib!r}")
+    # bounded by what is physical: no accelerator or box vLLM runs on has under 1 GiB; none has a PiB
+    if not math.isfinite(gpu_memory_gib) or not MIN_GIB <= gpu_memory_gib <= MAX_GIB:
+        raise MachineError(f"gpu_memory_gib must be {MIN_GIB:g} to {MAX_GIB:.0f} GiB, got {gpu_memory_gib!r}")
     return gib_to_bytes(gpu_memory_gib)
 
 

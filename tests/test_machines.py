@@ -178,7 +178,7 @@ def test_cuda_needs_override() -> None:
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
 def test_override_must_be_positive(bad: float) -> None:
-    with pytest.raises(MachineError, match="positive"):
+    with pytest.raises(MachineError, match="must be 1 to 1048576 GiB"):
         get_machine("cuda", gpu_memory_gib=bad)
 
 
@@ -514,3 +514,11 @@ def test_read_cpu_node_on_this_machine() -> None:
     assert r.total_bytes > 0
     assert 0 < r.available_bytes <= r.total_bytes
     assert read_unified_available() > 0
+
+
+@pytest.mark.parametrize("gib", [4.7e-17, 0.5, 2.0**21, float("inf"), float("nan"), 0.0, -1.0])
+@pytest.mark.parametrize("name", ["h100-80gb", "cuda"])
+def test_a_total_no_machine_has_is_refused(name: str, gib: float) -> None:
+    """A total under 1 GiB rounds to few or no bytes (a division by zero once, exit 70); none is over a PiB."""
+    with pytest.raises(VlaunchError, match="gpu_memory_gib must be 1 to 1048576 GiB"):
+        get_machine(name, gpu_memory_gib=gib)
