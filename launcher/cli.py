@@ -178,7 +178,29 @@ def _debug(ctx: click.Context) -> bool:
 
 
 def emit_json(data: object) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=False))
+    """`data` as strict JSON: a lone surrogate (an undecodable byte of a file name or process title, kept by
+    Python as U+DC80..U+DCFF) is written as the text `\\xNN`; JSON's `\\udcNN` for it is refused by strict
+    parsers."""
+    click.echo(json.dumps(_no_lone_surrogates(data), indent=2, sort_keys=False))
+
+
+def _no_lone_surrogates(value: object) -> object:
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")  # only a lone surrogate fails (an astral character is one code point in a str)
+            return value
+        except UnicodeEncodeError:
+            return "".join(_surrogate_text(c) if "\ud800" <= c <= "\udfff" else c for c in value)
+    if isinstance(value, dict):
+        return {_no_lone_surrogates(k): _no_lone_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_no_lone_surrogates(v) for v in value]
+    return value
+
+
+def _surrogate_text(c: str) -> str:
+    code = ord(c)
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

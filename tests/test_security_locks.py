@@ -650,3 +650,22 @@ def test_w8_the_remote_pgrep_does_not_match_its_own_shell(tmp_path: Path) -> Non
     r = in_pidns(f"{starts}sleep 0.5\nsh -c {remote}", tmp_path)
     found = sorted(line.split(" ", 1)[1].rsplit(" ", 1)[0] for line in r.stdout.splitlines())
     assert found == sorted(titles[:3]), r.stdout
+
+
+def test_c3_json_output_holds_no_lone_surrogate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process title or a profile file name with a byte that is not UTF-8 reaches Python as a lone surrogate;
+    `--json` writes it as the text `\\xff`, not as `\\udcff`, which strict JSON parsers refuse."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+    (tmp_path / "profiles").mkdir()
+    bundled = Path(__file__).parent.parent / "profiles" / "tiny-cpu.yaml"
+    (tmp_path / "profiles" / "bad\udcff.yaml").write_bytes(bundled.read_bytes())
+    title = guard.Instance(4242, "server", "vllm serve m\udcff \U0001f600", 0, 0.0)
+    monkeypatch.setattr(guard, "scan", lambda exclude=None: [title])
+    for args in (["profiles", "--json"], ["ps", "--json"]):
+        r = CliRunner().invoke(main, args)
+        assert r.exit_code == 0, (args, r.output[-500:])
+        assert "\\udc" not in r.output and "\\\\xff" in r.output, (args, r.output[-800:])
+        json.loads(r.output)
+        r.output.encode("utf-8")  # strict: no lone surrogate
+    assert "\\ud83d\\ude00" in CliRunner().invoke(main, ["ps", "--json"]).output  # a real pair stays one character
