@@ -117,6 +117,7 @@ def record(box: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+@pytest.mark.usefixtures("quiet_box")
 def test_sigkilled_wrapper_leaves_nothing(box: dict[str, Any]) -> None:
     p = start_serve(box)
     wait_for_line(p, "vLLM pid")
@@ -136,6 +137,7 @@ def test_sigkilled_wrapper_leaves_nothing(box: dict[str, Any]) -> None:
     assert len(rec["supervisor_stopped_pids"]) >= 2
 
 
+@pytest.mark.usefixtures("quiet_box")
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 def test_signalled_wrapper_stops_everything_and_says_why(box: dict[str, Any], sig: signal.Signals) -> None:
     p = start_serve(box)
@@ -150,6 +152,7 @@ def test_signalled_wrapper_stops_everything_and_says_why(box: dict[str, Any], si
     assert holder(box) is None
 
 
+@pytest.mark.usefixtures("quiet_box")
 def test_two_serves_racing_one_launches(box: dict[str, Any]) -> None:
     for n in range(10):
         a = start_serve(box)

@@ -574,6 +574,7 @@ def test_vllm_exiting_before_ready_records_both_codes(tmp_path: Path) -> None:
     assert record["logged"]["failure"]["message"] == "no such platform"
 
 
+@pytest.mark.usefixtures("quiet_box")
 def test_interrupted_before_ready_records_130(tmp_path: Path) -> None:
     exe = script(tmp_path / "bin" / "vllm", "echo 'INFO starting'\nexec sleep 60")
     prof = write_profile(tmp_path, executable=str(exe))

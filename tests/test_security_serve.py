@@ -121,6 +121,7 @@ def _wait_gone(run: str, timeout: float) -> list[int]:
 # ---- S3: the supervisor is this install's, whatever the current directory holds ---------------------------------
 
 
+@pytest.mark.usefixtures("quiet_box")
 @pytest.mark.parametrize("planted", ["package", "module"])
 def test_planted_launcher_in_cwd_never_runs_and_the_supervisor_still_does(box: dict[str, Any], planted: str) -> None:
     evil = box["tmp"] / "evil"
@@ -145,6 +146,7 @@ def test_planted_launcher_in_cwd_never_runs_and_the_supervisor_still_does(box: d
     assert not pwned.exists(), "code from the current directory ran"
 
 
+@pytest.mark.usefixtures("quiet_box")
 def test_serve_refuses_when_the_supervisor_does_not_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     started = tmp_path / "VLLM_STARTED"
     profile = _profile(tmp_path, f"#!/bin/sh\ntouch {started}\nexec sleep 300\n")
@@ -206,6 +208,7 @@ def test_secrets_masked_in_a_container_command(tmp_path: Path) -> None:
     assert "HF_TOKEN=***" in argv and "MY_API_KEY=***" in argv and "VLLM_PLAIN=visible-value" in argv
 
 
+@pytest.mark.usefixtures("quiet_box")
 def test_secrets_reach_vllm_but_not_the_lock_record_or_log(box: dict[str, Any]) -> None:
     seen = box["tmp"] / "seen"
     script = (  # prints its arguments and environment the way vLLM's `non-default args` line does
@@ -302,6 +305,7 @@ http.server.HTTPServer(("127.0.0.1", {port}), H).serve_forever()
 """
 
 
+@pytest.mark.usefixtures("quiet_box")
 def test_serve_keeps_a_server_whose_metrics_labels_are_malformed(box: dict[str, Any]) -> None:
     port = _port()
     profile = _profile(box["tmp"], FAKE_SERVER.format(python=sys.executable, port=port), port=port)
@@ -342,6 +346,7 @@ def test_pump_reads_a_pipe_without_holding_a_line_whole() -> None:
     assert len(first) == launch.LINE_CAP + 1 and second == b"ok\n" and end is None
 
 
+@pytest.mark.usefixtures("quiet_box")
 def test_serve_logs_an_over_long_line_cut(box: dict[str, Any]) -> None:
     script = "#!/bin/sh\nhead -c 3000000 /dev/zero | tr '\\0' x\necho\necho 'INFO after the long line'\nexit 3\n"
     p = _serve(box, _profile(box["tmp"], script))
@@ -355,6 +360,7 @@ def test_serve_logs_an_over_long_line_cut(box: dict[str, Any]) -> None:
 # ---- H7: a record that cannot be written is a warning; the exit code stays ---------------------------------------
 
 
+@pytest.mark.usefixtures("quiet_box")
 def test_unwritable_record_is_a_warning_and_the_exit_code_is_kept(box: dict[str, Any]) -> None:
     box["logs"].mkdir()
     now = time.time()
