@@ -89,7 +89,8 @@ def wait_for_line(p: subprocess.Popen[str], needle: str, timeout: float = 60) ->
         seen.append(line)
         if needle in line:
             return seen
-    raise AssertionError(f"no {needle!r} in {''.join(seen)[-2000:]}")
+    err = p.stderr.read() if p.stderr and p.poll() is not None else ""  # stderr when it is a pipe of its own
+    raise AssertionError(f"no {needle!r} in {''.join(seen)[-2000:]} {err[-2000:]}")
 
 
 def run_id(box: dict[str, Any]) -> str:

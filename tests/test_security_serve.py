@@ -10,7 +10,6 @@ import json
 import os
 import queue
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from launcher import guard, launch
 from launcher import supervise as sup
 from launcher.cli import main
 from launcher.vllm import logs
+from tests.test_orphans import _port, wait_for_line
 
 TINY = Path(__file__).parent / "fixtures" / "tiny-llama" / "config.json"
 PACKAGE_ROOT = Path(launcher.__file__).resolve().parent.parent
@@ -36,12 +36,6 @@ exec sleep 300
 """
 HF_SECRET, KEY_SECRET, ARG_SECRET = "hf_ProfileSecret1", "key_ProfileSecret2", "sk-ArgSecret3"
 SECRETS = (HF_SECRET, KEY_SECRET, ARG_SECRET)
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _profile(tmp: Path, script: str, *, extra: str = "", port: int | None = None) -> Path:
@@ -94,21 +88,6 @@ def _serve(box: dict[str, Any], profile: Path, *extra: str, cwd: Path | None = N
     return p
 
 
-def _wait_for_line(p: subprocess.Popen[str], needle: str, timeout: float = 60) -> list[str]:
-    assert p.stdout is not None
-    seen: list[str] = []
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        line = p.stdout.readline()
-        if not line:
-            break
-        seen.append(line)
-        if needle in line:
-            return seen
-    err = p.stderr.read() if p.stderr and p.poll() is not None else ""
-    raise AssertionError(f"no {needle!r} in {''.join(seen)[-2000:]} {err[-2000:]}")
-
-
 def _wait_gone(run: str, timeout: float) -> list[int]:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -136,7 +115,7 @@ def test_planted_launcher_in_cwd_never_runs_and_the_supervisor_still_does(box: d
         (evil / "launcher.py").write_text(code)
     profile = _profile(box["tmp"], "#!/bin/sh\necho 'INFO starting'\nsetsid sleep 300 &\nexec sleep 300\n")
     p = _serve(box, profile, cwd=evil)
-    _wait_for_line(p, "vLLM pid")
+    wait_for_line(p, "vLLM pid")
     time.sleep(0.5)  # the stand-in has started its worker
     [log] = box["logs"].glob("sec-*.log")
     assert len(sup.run_pids(log.stem)) >= 2
@@ -218,7 +197,7 @@ def test_secrets_reach_vllm_but_not_the_lock_record_or_log(box: dict[str, Any]) 
         "exec sleep 300\n"
     )
     p = _serve(box, _profile(box["tmp"], script, extra=SECRET_EXTRA))
-    _wait_for_line(p, "vLLM pid")
+    wait_for_line(p, "vLLM pid")
     end = time.monotonic() + 30
     while not (seen.exists() and seen.read_text()) and time.monotonic() < end:
         time.sleep(0.1)
@@ -368,7 +347,7 @@ def test_unwritable_record_is_a_warning_and_the_exit_code_is_kept(box: dict[str,
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now + t))
         (box["logs"] / f"sec-{stamp}.json").mkdir()
     p = _serve(box, _profile(box["tmp"], SLEEPER))
-    _wait_for_line(p, "vLLM pid")
+    wait_for_line(p, "vLLM pid")
     time.sleep(0.5)
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=60)
