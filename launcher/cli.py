@@ -537,8 +537,6 @@ def _output_target(path: str, inputs: tuple[str, ...] | list[str], force: bool) 
     regular file, or an existing file without --force."""
     from launcher.files import expand_user
 
-    if "\x00" in path:
-        raise VlaunchError("holds a NUL byte; no file has that name", source=path.replace("\x00", "\\x00"))
     target = os.path.abspath(expand_user(path))
     for given in inputs:
         if _same_file(target, os.path.expanduser(given)):

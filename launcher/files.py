@@ -17,7 +17,7 @@ MAX_SMALL_FILE = 64 * 2**20
 def expand_user(path: str, error: type[VlaunchError] = VlaunchError) -> str:
     """`path` with a leading `~` or `~user` expanded; refused (one line) when there is no such user or home."""
     if "\0" in path:  # no file name holds one (the C library's string ends there); pwd and open raise on it
-        raise error("a file name cannot hold a NUL byte", source=path.replace("\0", "\\0"))
+        raise error("a file name cannot hold a NUL byte", source=path.replace("\0", "\\x00"))
     if not path.startswith("~"):
         return path
     expanded = os.path.expanduser(path)
