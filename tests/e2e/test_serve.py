@@ -152,8 +152,9 @@ def test_total_that_moved_is_told_apart_from_the_error(vllm_ready: None, tmp_pat
 
 def test_watchdog_warns_below_the_reserve_and_stops_below_the_line(vllm_ready: None, tmp_path: Path) -> None:
     """Unified memory (the CPU backend shares RAM like a Spark): with an OS reserve and a stop line set just under
-    what is available before the launch, vLLM's own growth crosses both. The watchdog warns once, naming vLLM's
-    RSS as what grew, then stops vLLM cleanly: exit 11, `stopped_by: watchdog: …`, no process left, the lock free."""
+    what is available before the launch, vLLM's own growth crosses both. The watchdog warns once per crossing,
+    naming vLLM's RSS as what grew, then stops vLLM cleanly: exit 11, `stopped_by: watchdog: …`, no process left,
+    the lock free."""
     from launcher.machines import read_meminfo
 
     before = {i.pid for i in guard.scan()}
@@ -170,9 +171,14 @@ def test_watchdog_warns_below_the_reserve_and_stops_below_the_line(vllm_ready: N
         print(f"{e['kind']} at {e['seconds']} s: available {e['available_bytes'] / 2**30:.2f} GiB, grew "
               + ", ".join(f"{k} {v / 2**30:+.2f} GiB" for k, v in e["grew_bytes"].items()))  # fmt: skip
     assert r.returncode == 11, r.stdout[-3000:] + r.stderr[-2000:]
-    assert [e["kind"] for e in events] == ["below_reserve", "stop"], events
+    # One warning per crossing: on a live box other processes can free memory while vLLM boots (seen in CI:
+    # "other processes -1.84 GiB"), lifting MemAvailable back above the re-arm line, so a second crossing may warn
+    # again. Whatever the box does, the warnings come first, then exactly one stop, and the terminal shows each.
+    kinds = [e["kind"] for e in events]
+    assert kinds[-1] == "stop" and kinds[:-1] and set(kinds[:-1]) == {"below_reserve"}, events
     warned = [ln for ln in r.stdout.splitlines() if ln.startswith("watchdog: ")]
-    assert len(warned) == 2 and "the OS reserve the plan kept" in warned[0] and warned[1].endswith("stopping vLLM")
+    assert len(warned) == len(events) and all("the OS reserve the plan kept" in w for w in warned[:-1])
+    assert warned[-1].endswith("stopping vLLM")
     assert max(events[-1]["grew_bytes"], key=events[-1]["grew_bytes"].get) == "vLLM RSS"
     assert str(record["stopped_by"]).startswith("watchdog: MemAvailable ")
     assert record["exit"] == 11 and record["leftover_pids"] == []
