@@ -24,8 +24,8 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from launcher.planning import make_plan  # noqa: E402
-from launcher.profiles import load_profile  # noqa: E402
+from launcher.plan.planning import make_plan  # noqa: E402
+from launcher.plan.profiles import load_profile  # noqa: E402
 
 
 def _health(url: str) -> bool:

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from launcher import __version__
-from launcher.errors import VlaunchError
+from launcher.common.errors import VlaunchError
 
 EXIT_OK = 0
 EXIT_USAGE = 2  # bad input: unreadable file, malformed config, unknown name
@@ -229,7 +229,7 @@ def count(model: str, fmt: str | None, kv_cache_dtype: str, tensor_parallel_size
     MODEL is a config.json, a model directory, or a Hugging Face repo id (read from the local cache; only
     config.json is downloaded when it is missing and the network allows).
     """
-    from launcher.counting import count_model, render_count
+    from launcher.model.counting import count_model, render_count
 
     result = count_model(model, fmt=fmt, kv_cache_dtype=kv_cache_dtype, tp=tensor_parallel_size)
     if as_json:
@@ -251,10 +251,10 @@ def profiles(as_json: bool, default: bool) -> None:
     """List the profiles `plan PROFILE` and `serve PROFILE` take by name: ./profiles/*.yaml, then the bundled ones."""
     from pathlib import Path
 
-    from launcher.profiles import BUNDLED_PROFILES, available_profiles, load_profile
+    from launcher.plan.profiles import BUNDLED_PROFILES, available_profiles, load_profile
 
     if default:
-        from launcher.machines import detect
+        from launcher.plan.machines import detect
 
         here, _ = detect()
         name = _default_profile(here.name)
@@ -298,7 +298,7 @@ def archs(as_json: bool) -> None:
     architecture but no family reads it; weights come from the checkpoint's safetensors headers and the cache from
     the config's generic fields.
     """
-    from launcher.archs import list_archs
+    from launcher.model.archs import list_archs
 
     rows = list_archs()
     if as_json:
@@ -321,7 +321,7 @@ def archs(as_json: bool) -> None:
 
 
 def _default_profile(machine_name: str) -> str:
-    from launcher.profiles import default_profile_name
+    from launcher.plan.profiles import default_profile_name
 
     return default_profile_name(machine_name)
 
@@ -374,7 +374,7 @@ def _detect() -> bool:
 def _plan_options(f: Any) -> Any:
     """The flags every planning command takes: one per profile field that has flags (vLLM's names), plus the
     model source, live-memory and output options."""
-    from launcher.profiles import FIELDS
+    from launcher.plan.profiles import FIELDS
 
     opts = [
         click.option(
@@ -413,14 +413,14 @@ def _plan_options(f: Any) -> Any:
 
 
 def build_profile(profile: str | None, flags: dict[str, Any], command: tuple[str, ...] = ()) -> Any:
-    """The profile asked for (launcher.request.build), with the vLLM options given to this command."""
+    """The profile asked for (launcher.plan.request.build), with the vLLM options given to this command."""
     return asked(profile, flags, command).profile
 
 
 def asked(profile: str | None, flags: dict[str, Any], command: tuple[str, ...] = ()) -> Any:
     """PROFILE, a pasted launch, vLLM's options given to the command and vlaunch's flags, as one request
-    (launcher.request.build): precedence flags, then the pasted command, then --config, then the profile."""
-    from launcher.request import build
+    (launcher.plan.request.build): precedence flags, then the pasted command, then --config, then the profile."""
+    from launcher.plan.request import build
 
     ctx = click.get_current_context(silent=True)
     words = ctx.meta.get("vlaunch.vllm_words", []) if ctx is not None else []
@@ -433,7 +433,7 @@ def asked(profile: str | None, flags: dict[str, Any], command: tuple[str, ...] =
 
 def _own(options: dict[str, bool]) -> dict[str, bool]:
     """vlaunch's own options of a command (those no vLLM takes) -> whether each takes a value."""
-    from launcher.request import is_vllm_spelling
+    from launcher.plan.request import is_vllm_spelling
 
     return {name: takes for name, takes in options.items() if not is_vllm_spelling(name)}
 
@@ -470,7 +470,7 @@ class _VllmCommand(click.Command):
         if all(a.partition("=")[0] in _VLAUNCH_ONLY for a in head if a.startswith("-") and a != "-"):
             ctx.meta["vlaunch.vllm_words"] = []
             return super().parse_args(ctx, args)
-        from launcher.request import split_vllm_words
+        from launcher.plan.request import split_vllm_words
 
         keep, vllm = split_vllm_words(args, _own(options))
         ctx.meta["vlaunch.vllm_words"] = vllm
@@ -495,7 +495,7 @@ _FORCE_HELP = "Overwrite FILE when it exists (never one of the command's own inp
 def _inputs(p: Any, *more: object, source: Any = None) -> list[str]:
     """The files a command read: the profile, the config.json, the serve YAML, a log or a run record, the model's
     files (`_model_files`) and the calibration store."""
-    from launcher.calibration import calibration_path
+    from launcher.plan.calibration import calibration_path
 
     found = [getattr(p, "source", None), getattr(p, "config", None), *more, str(calibration_path())]
     found += _model_files(p, source)
@@ -510,7 +510,7 @@ def _model_files(p: Any, source: Any = None) -> list[str]:
     """The model's files a plan reads: every file of a model directory (or Hugging Face snapshot) it was given
     (config.json, safetensors shards and index, GGUF, tokenizer); beside a config.json given as a file, the
     checkpoint files the plan looks for there. `source` is the plan's ModelSource, when there is one."""
-    from launcher.files import expand_user
+    from launcher.common.files import expand_user
 
     folder, whole = getattr(source, "model_dir", None), getattr(source, "origin", "") in ("directory", "hf-cache")
     if source is None:
@@ -535,7 +535,7 @@ def _model_files(p: Any, source: Any = None) -> list[str]:
 def _output_target(path: str, inputs: tuple[str, ...] | list[str], force: bool) -> str:
     """The absolute path an output goes to, refused (one line) when it is one of the command's inputs, not a
     regular file, or an existing file without --force."""
-    from launcher.files import expand_user
+    from launcher.common.files import expand_user
 
     target = os.path.abspath(expand_user(path))
     for given in inputs:
@@ -573,7 +573,7 @@ def _write_text(path: str, text: str, *, inputs: tuple[str, ...] | list[str] = (
     """Write an output file: never over one of the command's inputs, over an existing file only with --force,
     and never through a symlink (the link is replaced, its target left alone); a reader sees the old file or the
     new one, never half of one."""
-    from launcher.files import write_atomic
+    from launcher.common.files import write_atomic
 
     target = _output_target(path, inputs, force)
     try:
@@ -597,14 +597,14 @@ def _not_a_regular_file(target: str) -> str | None:
 
 def _machine_names(names: str) -> list[str]:
     """--compare's comma-separated machines (aliases allowed) as catalog names."""
-    from launcher.machines import canonical_machine_name
+    from launcher.plan.machines import canonical_machine_name
 
     return [canonical_machine_name(n) for n in names.split(",") if n.strip()]
 
 
 def _compare_plans(main_plan: Any, names: str) -> list[Any]:
     """The main plan's profile planned on each machine of a comma-separated list (aliases allowed)."""
-    from launcher.planning import make_plan
+    from launcher.plan.planning import make_plan
 
     wanted = _machine_names(names)
     if not wanted:
@@ -623,7 +623,7 @@ def _compare_plans(main_plan: Any, names: str) -> list[Any]:
 
 def _split_command(words: tuple[str, ...]) -> tuple[str | None, tuple[str, ...]]:
     """PROFILE and/or a pasted vLLM command (after --): `plan p`, `plan -- vllm serve M …`, `plan p -- vllm …`."""
-    from launcher.request import split_words
+    from launcher.plan.request import split_words
 
     return split_words(words)
 
@@ -655,9 +655,9 @@ def plan(
     compared machine, does not fit (the reasons say which bucket and by how much); the HTML is written all the
     same.
     """
-    from launcher.planning import make_plan
-    from launcher.render import memory_bar, render_plan
-    from launcher.units import gib_to_bytes
+    from launcher.common.units import gib_to_bytes
+    from launcher.plan.planning import make_plan
+    from launcher.report.render import memory_bar, render_plan
 
     profile, command = _split_command(words)
     request = asked(profile, flags, command)
@@ -684,7 +684,7 @@ def plan(
                 click.echo(f"  {x.machine.name}: {verdict}, max users {pr.max_users}")
                 click.echo(memory_bar(buckets, x.machine.total_bytes, style)[0])
     if html_path:
-        from launcher.report import page_data, render_html
+        from launcher.report.html import page_data, render_html
 
         page = render_html(page_data([x.to_json() for x in plans], description=p.description))
         _write_text(html_path, page, inputs=_inputs(p, *request.inputs, source=result.source), force=force)
@@ -701,7 +701,7 @@ _FIT_PINNABLE = ("quantization", "kv_cache_dtype", "tensor_parallel_size", "pipe
 def _with_vllm_values(flags: dict[str, Any], profile: str | None) -> dict[str, Any]:
     """fit's flags with the vLLM options given to it read in: the values it holds fixed (`-q`, `-tp` …) are
     planning values; the rest stays vLLM's, passed to every row."""
-    from launcher.request import vllm_values
+    from launcher.plan.request import vllm_values
 
     words = _vllm_words()
     if not words:
@@ -718,8 +718,8 @@ def _fit_base(model: str | None, flags: dict[str, Any]) -> Any:
     --hf-config-path or --config name."""
     from pathlib import Path
 
-    from launcher.files import expand_user
-    from launcher.profiles import BUNDLED_PROFILES, available_profiles
+    from launcher.common.files import expand_user
+    from launcher.plan.profiles import BUNDLED_PROFILES, available_profiles
 
     if model is None:
         return build_profile(None, flags)
@@ -814,9 +814,9 @@ def fit(
     model's context and the longest context for 1, 4 and 16 users. Each row's decode speed is a ceiling
     (bandwidth ÷ bytes per step), not a benchmark. Exit 3 when no option fits.
     """
-    from launcher import fit as fitting
-    from launcher.profiles import parse_tokens
-    from launcher.render import render_fit
+    from launcher.plan import fit as fitting
+    from launcher.plan.profiles import parse_tokens
+    from launcher.report.render import render_fit
 
     if pick is not None and not write_profile:
         raise click.UsageError("--pick RANK chooses the row --write-profile writes; give --write-profile NAME too")
@@ -836,7 +836,7 @@ def fit(
     machines = [base.machine, *(_machine_names(compare) if compare else [])]
     allowed = None
     if formats_:
-        from launcher.formats import normalize_name
+        from launcher.model.formats import normalize_name
 
         allowed = tuple(normalize_name(x) for x in formats_.split(",") if x.strip())
     target = fitting.Target(users=flags.get("users"), context=target_context)
@@ -867,7 +867,7 @@ def fit(
         _write_text(path, text, inputs=inputs, force=force)
         written = path
     if html_path:
-        from launcher.report import fit_page_data, render_fit_html
+        from launcher.report.html import fit_page_data, render_fit_html
 
         page = render_fit_html(fit_page_data(result))
         _write_text(html_path, page, inputs=inputs, force=force)
@@ -893,7 +893,7 @@ def _fit_pick(result: Any, pick: int | None) -> Any:
         return row
     row = result.chosen()
     if row is None:
-        from launcher.fit import NothingFits
+        from launcher.plan.fit import NothingFits
 
         raise NothingFits("no option fits, so none is chosen; --pick RANK writes a row anyway", field="--write-profile")
     return row
@@ -905,9 +905,9 @@ def _plan_for_log(
     """(plan, comparison, note) for a log: the profile / --config / --model, completed by the log's own flags.
 
     A file that is not a vLLM log is refused here (exit 2), for `check` and `report` alike."""
-    from launcher.check import compare, flags_from_log, require_vllm_log
-    from launcher.planning import make_plan
-    from launcher.units import gib_to_bytes
+    from launcher.check.compare import compare, flags_from_log, require_vllm_log
+    from launcher.common.units import gib_to_bytes
+    from launcher.plan.planning import make_plan
 
     require_vllm_log(facts)
     if not (profile or flags.get("config") or flags.get("serve_config") or flags.get("model") or _vllm_words()):
@@ -947,7 +947,7 @@ def check(
     Exit 0: vLLM started (or the log shows no failure), 1: the log shows a failure, 2: unreadable input or not a
     vLLM log.
     """
-    from launcher.check import read_log, render_comparison, render_facts, require_vllm_log
+    from launcher.check.compare import read_log, render_comparison, render_facts, require_vllm_log
 
     facts = require_vllm_log(read_log(log))
     out: dict[str, Any] = facts.to_json()
@@ -1017,16 +1017,16 @@ def serve(
     """
     from pathlib import Path
 
-    from launcher import guard, serving
-    from launcher import preflight as pf
-    from launcher.planning import make_plan
-    from launcher.render import render_plan
-    from launcher.units import gib_to_bytes
+    from launcher.common.units import gib_to_bytes
+    from launcher.plan.planning import make_plan
+    from launcher.report.render import render_plan
+    from launcher.run import guard, serving
+    from launcher.run import preflight as pf
 
     profile, command = _split_command(words)
     if not (profile or command or flags.get("model") or flags.get("config") or _vllm_words()):
-        from launcher.machines import detect
-        from launcher.profiles import default_profile_path
+        from launcher.plan.machines import detect
+        from launcher.plan.profiles import default_profile_path
 
         bundled = default_profile_path(detect()[0].name)  # the bundled file itself, never ./profiles/NAME.yaml
         profile = str(bundled)
@@ -1094,8 +1094,8 @@ def serve(
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def ps(as_json: bool) -> None:
     """List the vLLM servers on this box, including ones vlaunch did not start."""
-    from launcher import guard
-    from launcher.chars import escaped
+    from launcher.common.chars import escaped
+    from launcher.run import guard
 
     holder = guard.read_holder()
     instances = guard.scan()
@@ -1128,7 +1128,7 @@ def _stop_timeout(ctx: click.Context, param: click.Parameter, value: float) -> f
 
 def _still_running(alive: list[int], denied: list[int]) -> None:
     """`stop` fails (exit 4, one line) when anything it meant to stop still runs."""
-    from launcher.guard import GuardError
+    from launcher.run.guard import GuardError
 
     if denied:
         raise GuardError(f"cannot signal pid {denied[0]}: operation not permitted" + (
@@ -1146,9 +1146,9 @@ def stop(target: str | None, timeout: float, orphans: bool) -> None:
     """Stop a vLLM server: by profile name, by pid, or the one vlaunch is running when none is given;
     --orphans: the vLLM processes a `vlaunch serve` that died left running (`vlaunch ps` marks them).
     Exits 4 when something it was to stop still runs or may not be signalled."""
-    from launcher import guard, serving
-    from launcher.chars import escaped
-    from launcher.errors import VlaunchError
+    from launcher.common.chars import escaped
+    from launcher.common.errors import VlaunchError
+    from launcher.run import guard, serving
 
     if orphans:
         if target is not None:
@@ -1182,7 +1182,7 @@ def stop(target: str | None, timeout: float, orphans: bool) -> None:
 
 def _read_run_record(path: str) -> dict[str, Any] | None:
     """The run record at PATH, or None when PATH is not JSON (then it is read as a vLLM log)."""
-    from launcher.files import open_regular, read_small
+    from launcher.common.files import open_regular, read_small
 
     with open_regular(path) as fh:
         head = fh.read(4096).lstrip()
@@ -1201,8 +1201,8 @@ def _profile_description(path: object) -> str:
     import os.path
     import stat
 
-    from launcher.errors import VlaunchError as _E
-    from launcher.profiles import load_profile
+    from launcher.common.errors import VlaunchError as _E
+    from launcher.plan.profiles import load_profile
 
     if not isinstance(path, str) or not path:
         return ""
@@ -1236,7 +1236,7 @@ def report(
     LOG: read like `vlaunch check LOG`; --profile or --config/--model give the plan, the log's own flags the
     rest. Exit 0 written, 1 the log shows a failure (the page is written all the same), 2 bad input.
     """
-    from launcher.report import page_data, render_html
+    from launcher.report.html import page_data, render_html
 
     record = _read_run_record(source)
     plan_ = None
@@ -1248,11 +1248,11 @@ def report(
         if profile:
             from pathlib import Path
 
-            from launcher.profiles import load_profile, resolve_profile_arg
+            from launcher.plan.profiles import load_profile, resolve_profile_arg
 
             description = load_profile(resolve_profile_arg(profile, Path.cwd() / "profiles")).description
     else:
-        from launcher.check import read_log
+        from launcher.check.compare import read_log
 
         facts = read_log(source)
         plan_, comparison, note = _plan_for_log(facts, profile, flags, free_gib, not no_calibration)
@@ -1284,7 +1284,7 @@ def _report_inputs(profile: str | None, flags: dict[str, Any], plan_: Any) -> li
     if profile:
         from pathlib import Path
 
-        from launcher.profiles import resolve_profile_arg
+        from launcher.plan.profiles import resolve_profile_arg
 
         found.append(profile)
         with contextlib.suppress(VlaunchError, OSError):
@@ -1317,9 +1317,9 @@ def render(
     The values come from the plan (gpu_memory_utilization included), quoted for the target. Exit 3 when the
     plan does not fit (the file is written all the same, with a warning).
     """
-    from launcher.planning import make_plan
-    from launcher.templating import render_launch
-    from launcher.units import gib_to_bytes
+    from launcher.common.units import gib_to_bytes
+    from launcher.plan.planning import make_plan
+    from launcher.report.templating import render_launch
 
     profile, command = _split_command(words)
     request = asked(profile, flags, command)
@@ -1357,10 +1357,10 @@ def calibrate(paths: tuple[str, ...], config: str | None, model: str | None, dry
     """
     from pathlib import Path
 
-    from launcher import calibration
-    from launcher.check import flags_from_log, read_log
-    from launcher.errors import VlaunchError
-    from launcher.planning import make_plan
+    from launcher.check.compare import flags_from_log, read_log
+    from launcher.common.errors import VlaunchError
+    from launcher.plan import calibration
+    from launcher.plan.planning import make_plan
 
     files: list[Path] = []
     for p in paths or ("logs",):
@@ -1375,7 +1375,7 @@ def calibrate(paths: tuple[str, ...], config: str | None, model: str | None, dry
     skipped: list[str] = []
     for f in files:
         if f.suffix == ".json":
-            from launcher.files import read_small
+            from launcher.common.files import read_small
 
             try:
                 record = json.loads(read_small(f))

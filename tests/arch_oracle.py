@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from launcher.arch.tensors import Tensor
+from launcher.model.arch.tensors import Tensor
 from tests.conftest import FIXTURES
 
 V2 = FIXTURES / "configs-v2"

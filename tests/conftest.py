@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.guard import scan as _REAL_SCAN
+from launcher.run.guard import scan as _REAL_SCAN
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CONFIGS = FIXTURES / "configs"

@@ -9,8 +9,8 @@ from typing import Any
 
 import yaml
 
-from launcher.planning import Plan, make_plan, profile_from_flags
-from launcher.units import GiB
+from launcher.common.units import GiB
+from launcher.plan.planning import Plan, make_plan, profile_from_flags
 
 DEVLOGS = Path(__file__).parent / "fixtures" / "devlogs.yaml"
 

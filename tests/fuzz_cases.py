@@ -423,7 +423,7 @@ def make_sandbox(root: Path) -> Sandbox:
 def _calibration(env: dict[str, str | None], base: Path) -> str:
     """A calibration store with terms for the machines and versions the bundled profiles plan, and CPU worker
     figures: what `calibrate` and `serve` write."""
-    from launcher import calibration
+    from launcher.plan import calibration
 
     terms = {"runs": 3, "sources": ["logs/a.json"], "non_torch_bytes_tp1": 1_610_612_736,
              "non_torch_bytes_tp_many": 2_147_483_648, "cudagraph_bytes": 536_870_912, "activation_scale": 1.1,
@@ -664,7 +664,7 @@ def cases(draw: st.DrawFn, sandbox: Sandbox, command: str | None = None, kind: s
         files["hub/models--fuzz--model/snapshots/abc/config.json"] = draw(config_bytes())
         env["HF_HUB_CACHE"] = "{case}/hub"
     elif kind == "profile-cache":  # the parsed profile a cold plan skips PyYAML with
-        from launcher.profiles import _cache_file
+        from launcher.plan.profiles import _cache_file
 
         text = sandbox.profile.read_text()
         files["input.yaml"] = text.encode()
@@ -787,11 +787,26 @@ class Outcome:
 
 
 # Files and cli.py commands owned elsewhere: an exit 70 whose innermost frame is here is reported to the owner.
-ELSEWHERE_FILES = ("launcher/launch.py", "launcher/supervise.py", "launcher/guard.py", "launcher/vllm/",
-                   "launcher/formats.py", "launcher/modelsource.py", "launcher/checkpoint.py", "launcher/check.py",
-                   "launcher/machines.py", "launcher/kv.py", "launcher/params.py", "launcher/units.py",
-                   "launcher/templating.py", "launcher/preflight.py", "launcher/serving.py", "launcher/cluster.py",
-                   "launcher/argv.py", "launcher/archs.py")  # fmt: skip
+ELSEWHERE_FILES = (
+    "launcher/run/launch.py",
+    "launcher/run/supervise.py",
+    "launcher/run/guard.py",
+    "launcher/vllm/",
+    "launcher/model/formats.py",
+    "launcher/model/modelsource.py",
+    "launcher/model/checkpoint.py",
+    "launcher/check/compare.py",
+    "launcher/plan/machines.py",
+    "launcher/model/kv.py",
+    "launcher/model/params.py",
+    "launcher/common/units.py",
+    "launcher/report/templating.py",
+    "launcher/run/preflight.py",
+    "launcher/run/serving.py",
+    "launcher/run/cluster.py",
+    "launcher/plan/argv.py",
+    "launcher/model/archs.py",
+)  # fmt: skip
 ELSEWHERE_CLI = (" in serve", " in _serve_cluster", " in ps", " in stop")
 
 

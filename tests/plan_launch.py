@@ -9,8 +9,8 @@ from typing import Any
 import yaml
 from hypothesis import strategies as st
 
-from launcher.planning import Plan
-from launcher.templating import config_to_args, render_launch
+from launcher.plan.planning import Plan
+from launcher.report.templating import config_to_args, render_launch
 from launcher.vllm import shell
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"  # its config ships with vlaunch

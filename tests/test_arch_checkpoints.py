@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 import safetensors
 
-from launcher.arch import read_config
-from launcher.counting import count_model
+from launcher.model.arch import read_config
+from launcher.model.counting import count_model
 from tests.conftest import FIXTURES
 
 CKPTS = sorted((FIXTURES / "checkpoints").glob("*.json"))

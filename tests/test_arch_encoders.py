@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from launcher.arch import read_config
-from launcher.arch.layers import Attention
 from launcher.cli import main
-from launcher.errors import ConfigError
+from launcher.common.errors import ConfigError
+from launcher.model.arch import read_config
+from launcher.model.arch.layers import Attention
 from tests.arch_oracle import load_config
 
 # transformers 5.19's own count (the oracle rows) of the published configs

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from launcher.arch import read_config
+from launcher.model.arch import read_config
 from tests.arch_oracle import COLUMNS, decode_pattern, layer_rows, load_config, oracle_buckets, oracle_rows
 
 ROWS = oracle_rows()

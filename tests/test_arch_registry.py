@@ -15,9 +15,9 @@ import pytest
 from click.testing import CliRunner
 from safetensors.numpy import save_file
 
-from launcher.arch import read_config, registry
 from launcher.cli import main
-from launcher.errors import ConfigError
+from launcher.common.errors import ConfigError
+from launcher.model.arch import read_config, registry
 from tests.arch_oracle import oracle_rows
 from tests.conftest import FIXTURES
 
@@ -60,12 +60,12 @@ def test_vllm_architectures_transformers_builds_are_exact_or_say_why() -> None:
 
 def test_lookup_imports_only_the_family_it_needs() -> None:
     code = (
-        "import sys, json; from launcher.arch import read_config; "
+        "import sys, json; from launcher.model.arch import read_config; "
         "read_config({'model_type': 'llama'}); "
-        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('launcher.arch.families.'))))"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('launcher.model.arch.families.'))))"
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
-    assert json.loads(out) == ["launcher.arch.families.llama"]
+    assert json.loads(out) == ["launcher.model.arch.families.llama"]
 
 
 def test_architecture_name_resolves_an_unknown_model_type() -> None:
@@ -156,7 +156,7 @@ def test_generic_reads_hub_headers_when_the_network_allows(monkeypatch: pytest.M
     """The hub's header-only metadata stands in for local files (huggingface_hub's API, not a download)."""
     import huggingface_hub
 
-    from launcher import modelsource
+    from launcher.model import modelsource
 
     class Info:
         def __init__(self, dtype: str, shape: list[int], size: int) -> None:

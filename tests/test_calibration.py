@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from launcher import calibration
-from launcher.check import read_log
+from launcher.check.compare import read_log
 from launcher.cli import main
+from launcher.plan import calibration
 from tests.devlogs_eval import cases, plan_for
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
@@ -193,9 +193,9 @@ TINY = Path(__file__).parent / "fixtures" / "tiny-llama" / "config.json"
 
 def _cpu_serve_calibration(log_text: str) -> dict:
     """What serve's auto-calibration stores from a CPU log (launch._calibrate_cpu over the log's facts)."""
-    from launcher import launch
     from launcher.cli import build_profile
-    from launcher.planning import make_plan
+    from launcher.plan.planning import make_plan
+    from launcher.run import launch
     from launcher.vllm.logs import parse_text
 
     facts = parse_text(log_text)

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from launcher.check import read_log
+from launcher.check.compare import read_log
 from launcher.cli import main
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
@@ -155,7 +155,7 @@ def test_cpu_log_total_changed_is_explained() -> None:
 
 
 def test_comparison_columns_stay_apart_for_large_numbers() -> None:
-    from launcher.check import Comparison, Row, render_comparison
+    from launcher.check.compare import Comparison, Row, render_comparison
 
     rows = (
         Row("kv_pool_tokens", 2_330_624, 2_018_176_000_000, "tokens"),
@@ -206,7 +206,7 @@ def test_check_reads_a_pipe(name: str) -> None:
 
 
 def test_the_standard_input_is_read_up_to_a_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    from launcher import check
+    from launcher.check import compare as check
 
     monkeypatch.setattr(check, "MAX_STDIN_LOG", 4096)
     r = CliRunner().invoke(main, ["check", "-"], input=CPU_LOG.read_bytes())

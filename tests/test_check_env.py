@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from launcher.check import NotAVllmLog, read_log, require_vllm_log
+from launcher.check.compare import NotAVllmLog, read_log, require_vllm_log
 from launcher.cli import main
 from launcher.vllm.logs import PATTERNS, LogFacts, Pattern, parse_stream, parse_text
 

@@ -1,4 +1,4 @@
-"""launcher.checkpoint against real files written by the safetensors and gguf libraries."""
+"""launcher.model.checkpoint against real files written by the safetensors and gguf libraries."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors.numpy import save_file
 
-from launcher.checkpoint import (
+from launcher.common.errors import CheckpointError
+from launcher.model.checkpoint import (
     GGML_TYPES,
     CheckpointBytes,
     TensorInfo,
@@ -28,7 +29,6 @@ from launcher.checkpoint import (
     read_gguf_tensors,
     read_safetensors_header,
 )
-from launcher.errors import CheckpointError
 
 RNG = np.random.default_rng(0)
 
@@ -629,7 +629,7 @@ def test_random_bytes_only_raise_checkpoint_error(scratch: Path, blob: bytes, ma
 
 def test_no_array_libraries_imported() -> None:
     code = (
-        "import sys, launcher.checkpoint; "
+        "import sys, launcher.model.checkpoint; "
         "bad = {'numpy', 'torch', 'gguf', 'safetensors'} & set(sys.modules); "
         "assert not bad, bad"
     )

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from launcher import cluster
 from launcher.cli import main
-from launcher.errors import ProfileError
-from launcher.profiles import load_profile, profile_from_mapping
+from launcher.common.errors import ProfileError
+from launcher.plan.profiles import load_profile, profile_from_mapping
+from launcher.run import cluster
 
 GiB = 1 << 30
 

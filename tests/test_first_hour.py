@@ -410,8 +410,9 @@ def test_host_flag_exposes_the_server() -> None:
 # Modules `plan` must not import: templates, the log parser and its regex engine, process control, the network
 # client, and anything of the GPU stack.
 NOT_FOR_A_PLAN = (
-    "jinja2", "launcher.templating", "launcher.vllm.logs", "launcher.check", "regex", "launcher.launch",
-    "launcher.guard", "launcher.preflight", "launcher.cluster", "psutil", "subprocess", "shutil", "difflib",
+    "jinja2", "launcher.report.templating", "launcher.vllm.logs", "launcher.check.compare", "regex",
+    "launcher.run.launch", "launcher.run.guard", "launcher.run.preflight", "launcher.run.cluster", "psutil",
+    "subprocess", "shutil", "difflib",
     "pkgutil", "huggingface_hub.hf_api", "requests", "httpx", "torch", "vllm", "transformers", "numpy",
 )  # fmt: skip
 

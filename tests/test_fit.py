@@ -12,11 +12,11 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from launcher import decode, planning
-from launcher import fit as F
-from launcher import preflight as pf
 from launcher.cli import build_profile, main
-from launcher.profiles import load_profile
+from launcher.plan import decode, planning
+from launcher.plan import fit as F
+from launcher.plan.profiles import load_profile
+from launcher.run import preflight as pf
 
 GiB = 1 << 30
 FIXTURES = Path(__file__).parent / "fixtures"

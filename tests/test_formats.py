@@ -1,10 +1,10 @@
-"""launcher.formats: the lesson's published sizes, detection from config.json, and exact bytes against real
+"""launcher.model.formats: the lesson's published sizes, detection from config.json, and exact bytes against real
 checkpoints written here in each format's published on-disk layout.
 
 Every expected number is either a published figure (hard-coded) or the size of a file this test writes
 itself, tensor by tensor, with the names, shapes and dtypes the quantizers write (AutoAWQ, AutoGPTQ,
 ModelOpt, DeepSeek/Qwen FP8, gpt-oss MXFP4, llama.cpp GGUF). Nothing expected is computed by
-launcher.formats.
+launcher.model.formats.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.numpy import save_file
 
-from launcher.arch import Model
-from launcher.arch import read_config as shape_from_config
-from launcher.checkpoint import find_checkpoint
-from launcher.errors import FormatError
-from launcher.formats import FORMATS, FormatSpec, detect, normalize_name, spec_for, weight_bytes
-from launcher.params import tensors
+from launcher.common.errors import FormatError
+from launcher.model.arch import Model
+from launcher.model.arch import read_config as shape_from_config
+from launcher.model.checkpoint import find_checkpoint
+from launcher.model.formats import FORMATS, FormatSpec, detect, normalize_name, spec_for, weight_bytes
+from launcher.model.params import tensors
 from tests.conftest import CONFIGS
 
 GB = 10**9

@@ -56,10 +56,10 @@ def test_fuzz_every_command(sandbox: F.Sandbox, command: str) -> None:
 
 
 def test_only_code_owned_elsewhere_is_set_aside() -> None:
-    assert F._elsewhere("launcher/formats.py:164 in detect")
+    assert F._elsewhere("launcher/model/formats.py:164 in detect")
     assert F._elsewhere("launcher/cli.py:844 in stop")
     assert not F._elsewhere("launcher/cli.py:120 in invoke")
-    assert not F._elsewhere("launcher/profiles.py:300 in _yaml_data")
+    assert not F._elsewhere("launcher/plan/profiles.py:300 in _yaml_data")
     assert not F.Outcome(F.Case("plan", "argv", []), 70, 0.0, "", "", ["exit 70 (internal error)"]).elsewhere
 
 
@@ -309,7 +309,7 @@ def _store(tmp_path: Path, text: str | bytes, monkeypatch: pytest.MonkeyPatch) -
 
 def _terms_key() -> str:
     d = json.loads(run("plan", "llama8b-32k", "--json", "--no-calibration").stdout)
-    from launcher.calibration import machine_key
+    from launcher.plan.calibration import machine_key
 
     return f"{machine_key(d['machine'], d['machine_total_bytes'])}|vllm {d['vllm_version']}"
 

@@ -12,14 +12,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from launcher import guard
-from launcher.launch import Stage, Watcher, cache_config_info, metrics_check, new_log_paths
+from launcher.run import guard
+from launcher.run.launch import Stage, Watcher, cache_config_info, metrics_check, new_log_paths
 from launcher.vllm.logs import parse_text
 
 GRAB = """
 import sys, time
 from pathlib import Path
-from launcher.guard import BoxLock, GuardError
+from launcher.run.guard import BoxLock, GuardError
 lock = BoxLock(Path(sys.argv[1]))
 time.sleep(max(0.0, float(sys.argv[2]) - time.time()))
 try:

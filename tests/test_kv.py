@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from launcher.arch import read_config as shape_from_config
-from launcher.arch.layers import Attention, MLAttention
-from launcher.errors import ConfigError
-from launcher.formats import spec_for, weight_bytes
-from launcher.kv import (
+from launcher.common.errors import ConfigError
+from launcher.model.arch import read_config as shape_from_config
+from launcher.model.arch.layers import Attention, MLAttention
+from launcher.model.formats import spec_for, weight_bytes
+from launcher.model.kv import (
     KV_CACHE_DTYPES,
     attention_head_bytes,
     boundary_layers,
@@ -23,7 +23,7 @@ from launcher.kv import (
     mixer_bytes_per_token,
     mla_token_bytes,
 )
-from launcher.params import count
+from launcher.model.params import count
 from tests.conftest import CONFIGS
 
 GiB = 1 << 30

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from launcher.arch import read_config
-from launcher.kv import checkpoint_kv_dtype, kv_refusal
-from launcher.planning import Plan, make_plan, profile_from_flags
+from launcher.model.arch import read_config
+from launcher.model.kv import checkpoint_kv_dtype, kv_refusal
+from launcher.plan.planning import Plan, make_plan, profile_from_flags
 from launcher.vllm import pool as vp
 from launcher.vllm import versions as V
 from launcher.vllm.specs import FullAttentionSpec, MambaSpec
@@ -223,7 +223,7 @@ def test_turboquant_keeps_boundary_layers_and_doubles_the_block() -> None:
 
 
 def test_fit_offers_no_fp8_kv_when_the_checkpoint_sets_it() -> None:
-    from launcher.fit import kv_choices
+    from launcher.plan.fit import kv_choices
 
     modelopt = {"quant_method": "modelopt", "quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8"}
     assert kv_choices(_with(LLAMA, modelopt), None) == ["auto"]

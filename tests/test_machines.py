@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from launcher.errors import VlaunchError
-from launcher.machines import (
+from launcher.common.errors import VlaunchError
+from launcher.plan.machines import (
     CATALOG,
     MACHINE_NAMES,
     Machine,

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from launcher import guard
-from launcher import supervise as sup
 from launcher.cli import main
+from launcher.run import guard
+from launcher.run import supervise as sup
 
 TINY = Path(__file__).parent / "fixtures" / "tiny-llama" / "config.json"
 FAKE_VLLM = """#!/bin/sh

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from launcher.arch import read_config as shape_from_config
-from launcher.params import count
+from launcher.model.arch import read_config as shape_from_config
+from launcher.model.params import count
 from tests.conftest import CONFIGS
 
 ORACLE = list(csv.DictReader((CONFIGS / "ORACLE.tsv").read_text().splitlines(), delimiter="\t"))

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from launcher import budget
 from launcher.cli import main
+from launcher.plan import budget
 from launcher.vllm import engine as ve
 from launcher.vllm import pool as vp
 from launcher.vllm.specs import Context, FullAttentionSpec
@@ -340,7 +340,7 @@ def test_container_argv_from_template(tmp_path: Path) -> None:
 
 
 def test_container_argv_refuses_line_breaks() -> None:
-    from launcher.argv import container_argv
+    from launcher.plan.argv import container_argv
 
     with pytest.raises(ValueError, match="line break"):
         container_argv(image="i", mounts=[("/h", "/c")], env=[], model="m", vllm_args=["--x", "a\nb"], name="n")

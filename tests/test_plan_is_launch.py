@@ -12,9 +12,9 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 
 from launcher.cli import main
-from launcher.errors import VlaunchError
-from launcher.planning import make_plan
-from launcher.profiles import profile_from_mapping
+from launcher.common.errors import VlaunchError
+from launcher.plan.planning import make_plan
+from launcher.plan.profiles import profile_from_mapping
 from launcher.vllm import interface as I
 from launcher.vllm.flags import MODELLED, parse_serve_args
 from tests.plan_launch import every_command, launch_words, planned, profiles

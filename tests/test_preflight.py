@@ -21,12 +21,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from launcher import guard, launch
-from launcher import preflight as pf
 from launcher.cli import main
-from launcher.machines import CATALOG
-from launcher.planning import make_plan
-from launcher.profiles import load_profile
+from launcher.plan.machines import CATALOG
+from launcher.plan.planning import make_plan
+from launcher.plan.profiles import load_profile
+from launcher.run import guard, launch
+from launcher.run import preflight as pf
 
 TINY = Path(__file__).parent / "fixtures" / "tiny-llama" / "config.json"
 
@@ -469,7 +469,7 @@ def test_gated_repo_through_the_cli(tmp_path: Path, launched: list[Any], monkeyp
 
 
 def test_hub_never_hangs(monkeypatch: pytest.MonkeyPatch) -> None:
-    import launcher.modelsource as ms
+    import launcher.model.modelsource as ms
 
     monkeypatch.setattr(ms, "_hub_reachable", lambda timeout=3.0: True)
     import huggingface_hub

@@ -13,8 +13,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from launcher.errors import ProfileError
-from launcher.profiles import (
+from launcher.common.errors import ProfileError
+from launcher.plan.profiles import (
     FIELD_HELP,
     MACHINE_NAMES,
     MachineName,
@@ -471,7 +471,7 @@ def test_cached_profile_needs_no_yaml(tmp_path: Path) -> None:
     prof = tmp_path / "p.yaml"
     prof.write_text("model: org/m\nmax_model_len: 8192\n")
     code = (
-        "import sys\nfrom launcher.profiles import load_profile\n"
+        "import sys\nfrom launcher.plan.profiles import load_profile\n"
         f"p = load_profile({str(prof)!r})\nassert p.max_model_len == 8192\n"
         "print('yaml' in sys.modules)\n"
     )

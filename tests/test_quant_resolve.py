@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from launcher.arch import Model, read_config
-from launcher.errors import FormatError
-from launcher.formats import detect, spec_for, weight_bytes
-from launcher.profiles import profile_from_mapping
+from launcher.common.errors import FormatError
+from launcher.model.arch import Model, read_config
+from launcher.model.formats import detect, spec_for, weight_bytes
+from launcher.plan.profiles import profile_from_mapping
 from launcher.vllm import quant
 from launcher.vllm.versions import Version
 from tests.conftest import CONFIGS
@@ -320,7 +320,7 @@ def test_profile_keeps_the_value_as_written(value: str) -> None:
 
 
 def test_plan_refuses_a_format_the_checkpoint_does_not_hold() -> None:
-    from launcher import planning
+    from launcher.plan import planning
 
     model = str(CONFIGS / "Llama-3.1-8B.json")
     base = {"model": model, "machine": "h100", "max_model_len": 8192, "vllm": {"version": "0.32.0"}}

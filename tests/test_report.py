@@ -12,12 +12,12 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from launcher import report
 from launcher.cli import build_profile, main
-from launcher.machines import canonical_machine_name
-from launcher.planning import make_plan
-from launcher.render import memory_bar
-from launcher.templating import config_mapping, config_to_args, render_launch, vllm_args
+from launcher.plan.machines import canonical_machine_name
+from launcher.plan.planning import make_plan
+from launcher.report import html as report
+from launcher.report.render import memory_bar
+from launcher.report.templating import config_mapping, config_to_args, render_launch, vllm_args
 from tests.conftest import CONFIGS, FIXTURES
 
 LLAMA8B = ["--model", "meta-llama/Llama-3.1-8B-Instruct"]

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from launcher.calibration import calibration_path
 from launcher.cli import main
+from launcher.plan.calibration import calibration_path
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TINY = FIXTURES / "tiny-llama" / "config.json"

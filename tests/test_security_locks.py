@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from launcher import cluster, guard, serving
-from launcher import supervise as sup
 from launcher.cli import main
+from launcher.run import cluster, guard, serving
+from launcher.run import supervise as sup
 
 ROOT = Path(guard.__file__).resolve().parent.parent  # the tree under test, for the subprocesses too
 VICTIM, ATTACKER = 4242, 4343
@@ -214,7 +214,7 @@ def test_s1_another_users_squat_in_tmp_cannot_truncate_the_victims_file() -> Non
         subprocess.run([*as_user, "mkdir", "-m", "0755", str(squat)], check=True)
         subprocess.run([*as_user, "ln", "-s", str(precious), str(squat / "serve.lock")], check=True)
         code = (
-            "import os; from launcher.guard import BoxLock; lock = BoxLock(); "
+            "import os; from launcher.run.guard import BoxLock; lock = BoxLock(); "
             "lock.acquire({'pid': os.getpid(), 'profile': 'p1'}); lock.release()"
         )
         env = {k: v for k, v in clean_env(home).items() if k != "XDG_RUNTIME_DIR"}
@@ -349,7 +349,7 @@ def test_s2_pid_minus_one_in_the_lock_signals_nobody(tmp_path: Path) -> None:
 def test_s2_a_proven_holder_is_stopped(lock_dir: Path) -> None:
     """The other half: the process that took the lock (its pid, start time and namespace in the lock) is stopped."""
     code = (
-        "import os, time; from launcher.guard import BoxLock; l = BoxLock(); "
+        "import os, time; from launcher.run.guard import BoxLock; l = BoxLock(); "
         "l.acquire({'pid': os.getpid(), 'profile': 'p1', 'since': time.time()}); print('held', flush=True); "
         "time.sleep(300)"
     )
@@ -381,7 +381,7 @@ def test_s9_ps_and_serves_refusal_escape_process_titles(tmp_path: Path) -> None:
         bash -c 'exec -a "vllm serve {NASTY}" sleep 300' &
         sleep 0.5
         "$PY" -m launcher ps
-        "$PY" -c 'from launcher import guard; print(guard.verdict())'
+        "$PY" -c 'from launcher.run import guard; print(guard.verdict())'
         """,
         tmp_path,
     )
@@ -441,7 +441,7 @@ def test_w3_a_file_named_enginecore_blocks_nothing(tmp_path: Path) -> None:
         bash -c 'exec -a "tail -f EngineCore-notes.txt" sleep 300' &
         bash -c 'exec -a "ssh gpu2 vllm serve m" sleep 300' &
         sleep 0.5
-        "$PY" -c 'from launcher import guard; print(guard.verdict())'
+        "$PY" -c 'from launcher.run import guard; print(guard.verdict())'
         "$PY" -m launcher ps
         """,
         tmp_path,
@@ -460,7 +460,7 @@ def test_w2_a_vllm_in_a_child_pid_namespace_is_not_an_orphan_here(tmp_path: Path
     """A serve in namespace B (its marker and its lock name B's pids); `stop --orphans` and `stop` in the parent
     namespace A stop neither its vLLM nor A's process with the lock's pid number."""
     inner = (
-        "import os, subprocess, time; from launcher import supervise as sup; from launcher.guard import BoxLock; "
+        "import os, subprocess, time; from launcher.run import supervise as sup; from launcher.run.guard import BoxLock; "
         "env = {**os.environ, sup.MARKER_RUN: 'inner', sup.MARKER_PID: sup.wrapper_marker()}; "
         "p = subprocess.Popen(['bash', '-c', 'exec -a \"vllm serve inner\" sleep 300'], env=env); "
         "l = BoxLock(); l.acquire({'pid': os.getpid(), 'profile': 'inner', 'since': time.time(), 'vllm_pid': p.pid}); "
@@ -635,7 +635,7 @@ def test_c1_stop_timeout_must_be_finite_and_sane(value: str) -> None:
 def test_w8_the_remote_pgrep_does_not_match_its_own_shell(tmp_path: Path) -> None:
     import shlex
 
-    from launcher.profiles import profile_from_mapping
+    from launcher.plan.profiles import profile_from_mapping
 
     profile = profile_from_mapping(
         {"model": "x/y", "nodes": [{"host": "127.0.0.1", "role": "head", "machine": "cpu", "gpus": 1}]}

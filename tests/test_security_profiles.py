@@ -17,8 +17,8 @@ import yaml
 from click.testing import CliRunner, Result
 
 from launcher.cli import main
-from launcher.errors import ProfileError, VlaunchError
-from launcher.profiles import BUNDLED_PROFILES, load_profile
+from launcher.common.errors import ProfileError, VlaunchError
+from launcher.plan.profiles import BUNDLED_PROFILES, load_profile
 from tests.fuzz_cases import BIDI, ODD, SEPARATORS
 
 CONFIGS = Path(__file__).parent / "fixtures" / "configs"
@@ -119,7 +119,7 @@ def test_bundled_and_plain_names_still_load(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("ch", ODD_CHARS, ids=[ascii(c) for c in ODD_CHARS])
 def test_oneline_drops_every_unsafe_character(ch: str) -> None:
-    from launcher.templating import oneline
+    from launcher.report.templating import oneline
 
     out = oneline(f"a{ch}b")
     assert not any(is_unsafe(c) for c in out) and "\n" not in out and "\u2028" not in out
@@ -128,7 +128,7 @@ def test_oneline_drops_every_unsafe_character(ch: str) -> None:
 
 
 def test_run_logs_stay_inside_the_logs_dir(tmp_path: Path) -> None:
-    from launcher.launch import new_log_paths
+    from launcher.run.launch import new_log_paths
 
     logs = tmp_path / "deep" / "logs"
     for name in ("../../escaped", str(tmp_path / "absname")):
@@ -200,7 +200,7 @@ def test_detect_version_runs_it_when_asked(evil: Path) -> None:
 def shadowing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """llama8b-32k as the bundled default of any box, and ./profiles/llama8b-32k.yaml in the cwd that runs another
     image."""
-    from launcher import profiles
+    from launcher.plan import profiles
 
     monkeypatch.setattr(profiles, "DEFAULT_PROFILES", {})
     monkeypatch.setattr(profiles, "DEFAULT_GPU_PROFILE", "llama8b-32k")
@@ -304,7 +304,7 @@ def test_a_broken_cache_entry_is_no_entry(tmp_path: Path, kind: str) -> None:
     import subprocess
     import sys
 
-    from launcher.profiles import _cache_file
+    from launcher.plan.profiles import _cache_file
 
     prof = tmp_path / "p.yaml"
     text = _body()

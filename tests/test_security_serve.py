@@ -22,9 +22,9 @@ import pytest
 from click.testing import CliRunner
 
 import launcher
-from launcher import guard, launch
-from launcher import supervise as sup
 from launcher.cli import main
+from launcher.run import guard, launch
+from launcher.run import supervise as sup
 from launcher.vllm import logs
 from tests.test_orphans import _port, wait_for_line
 
@@ -223,7 +223,7 @@ def test_secrets_reach_vllm_but_not_the_lock_record_or_log(box: dict[str, Any]) 
 
 
 def test_secret_spellings_are_masked_and_nothing_else() -> None:
-    from launcher import redact
+    from launcher.common import redact
 
     words = ["docker", "run", "-e", "HF_TOKEN=hf_a1", "--env=VLLM_API_KEY=key_b2", "-e", "VLLM_PORT=1", "img",
              "vllm", "serve", "m", "--api-key", "k1", "k2", "--port", "8000", "--hf_token=t3",

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from launcher.argv import option
-from launcher.errors import VlaunchError
+from launcher.common.errors import VlaunchError
+from launcher.plan.argv import option
 from launcher.vllm import interface as I
 from launcher.vllm.flags import FlagError, parse_serve_args
 from tests.serve_commands import jsonable, serve_words

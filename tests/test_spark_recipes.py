@@ -105,7 +105,7 @@ def test_every_planned_recipe_renders_back_to_the_same_request(recipe: dict[str,
     assert jsonable(read_back(_script_argv(r.stdout), version)) == wanted
     r = CliRunner().invoke(main, ["render", "--as", "vllm-config", "--machine", "dgx-spark", "--",
                                   recipe["vllm_command"]], env=env)  # fmt: skip
-    from launcher.templating import config_to_args
+    from launcher.report.templating import config_to_args
 
     mapping = yaml.safe_load(r.stdout)
     words = [str(mapping.pop("model")), *config_to_args(mapping)]

@@ -18,8 +18,8 @@ from unittest import mock
 import pytest
 import yaml
 
-from launcher.planning import Plan, make_plan, profile_from_flags
-from launcher.units import GiB
+from launcher.common.units import GiB
+from launcher.plan.planning import Plan, make_plan, profile_from_flags
 
 ROOT = Path(__file__).parent / "fixtures" / "vllm-cpu"
 CASES = sorted(p for p in ROOT.iterdir() if (p / "case.yaml").exists()) if ROOT.exists() else []
@@ -93,7 +93,7 @@ def plan_run(name: str, run: str, cpu_rss_bytes: int | None = None) -> Plan:
     prof = profile_from_flags(None, str(ROOT / name / "config.json"), **fields)
     # The boots ran on a CPU with AVX512-BF16 (their logs say "Reset SSM cache type to float32"); plan for that
     # CPU, whatever CPU runs the tests.
-    with mock.patch("launcher.planning.cpu_has_avx512_bf16", return_value=True):
+    with mock.patch("launcher.plan.planning.cpu_has_avx512_bf16", return_value=True):
         return make_plan(prof, live=False, use_calibration=False, cpu_rss_bytes=cpu_rss_bytes)
 
 
@@ -145,7 +145,7 @@ def test_worker_memory_besides_the_pool(name: str, run: str) -> None:
     """What the budget leaves besides the pool on CPU is the worker's resident memory: weights plus vLLM, torch
     and the compiled model (0.68-0.89 GiB across these families). vlaunch assumes 0.69 GiB plus the weights;
     each family's own figure is within 0.2 GiB of it (calibration from one run of the family removes it)."""
-    from launcher.check import read_log
+    from launcher.check.compare import read_log
 
     p = plan_run(name, run).prediction
     f = read_log(str(ROOT / name / f"{run}.log"))
@@ -157,7 +157,7 @@ def test_worker_memory_besides_the_pool(name: str, run: str) -> None:
 @pytest.mark.parametrize(("name", "run"), [r for r in RUNS if not r[1].startswith("util")])
 def test_check_reads_the_log_and_agrees(name: str, run: str) -> None:
     """`check` reads the real log (pool, block size, groups, padding) and the plan's diff is zero on each."""
-    from launcher.check import compare, read_log
+    from launcher.check.compare import compare, read_log
 
     _, r = _case(name, run)
     f = read_log(str(ROOT / name / f"{run}.log"))
@@ -176,7 +176,7 @@ def test_check_reads_the_log_and_agrees(name: str, run: str) -> None:
 def test_pooling_encoder_has_no_pool() -> None:
     """XLM-RoBERTa under --runner pooling: vLLM prints no KV cache line and keeps its one null block
     (num_gpu_blocks 1); the plan has no pool either."""
-    from launcher.check import read_log
+    from launcher.check.compare import read_log
 
     name = "xlm_roberta_pooling"
     if not (ROOT / name / "case.yaml").exists():
@@ -192,7 +192,7 @@ def test_pooling_encoder_has_no_pool() -> None:
 def test_two_cpu_workers_at_util_0_6_are_refused() -> None:
     """Tensor parallel 2 on one node at --gpu-memory-utilization 0.6: each CPU worker claimed 0.6 of the node
     (13.33 GiB of KV each, 2 × 14.12 GiB of 23.54), and the kernel killed one. The plan refuses it; `check` names it."""
-    from launcher.check import read_log
+    from launcher.check.compare import read_log
 
     name, run = "qwen3_next_tp2", "util60"
     if not (ROOT / name / f"{run}.log").exists():
@@ -210,8 +210,8 @@ def test_two_cpu_workers_at_util_0_6_are_refused() -> None:
 def test_calibrated_family_within_a_fraction_of_a_percent(name: str) -> None:
     """`serve` records the worker's resident memory of each run per family; the next plan of that family uses it.
     Calibrated on the util 0.1 boot, the util 0.6 boot is predicted within 0.3 %."""
-    from launcher import calibration
-    from launcher.check import read_log
+    from launcher.check.compare import read_log
+    from launcher.plan import calibration
     from launcher.vllm import pool as vp
 
     first = plan_run(name, "util").prediction

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from launcher import launch
-from launcher.check import flags_from_log
+from launcher.check.compare import flags_from_log
 from launcher.cli import main
-from launcher.launch import Watcher
+from launcher.run import launch
+from launcher.run.launch import Watcher
 from launcher.vllm import logs
 from launcher.vllm.logs import PATTERNS, LogFacts, Pattern, Stage, parse_stream, parse_text
 

@@ -142,7 +142,7 @@ def test_mamba_cache_mode_by_version() -> None:
     per request), on from 0.26 in 'all' mode (a state per block of context) and in 'align' mode from 0.28."""
     from pathlib import Path
 
-    from launcher.planning import make_plan, profile_from_flags
+    from launcher.plan.planning import make_plan, profile_from_flags
 
     cfg = Path(__file__).parent / "fixtures" / "configs-v2" / "extra" / "granitemoehybrid--granite-4.0-h-tiny.json"
 
@@ -182,7 +182,7 @@ def test_an_encoder_under_the_pooling_runner_has_no_pool() -> None:
 def test_speculative_state_blocks_start_in_0_15() -> None:
     """Before 0.15 a mamba layer kept one state block whatever the draft tokens (MambaSpec: one page); from 0.15 one
     more per speculative token. The conv window widens by the draft tokens in both."""
-    from launcher.arch.layers import GatedDeltaNet
+    from launcher.model.arch.layers import GatedDeltaNet
     from launcher.vllm.specs import SpecSettings, state_spec
 
     gdn = GatedDeltaNet(hidden=256, num_k_heads=2, num_v_heads=4, head_k_dim=64, head_v_dim=64, conv_kernel=4)

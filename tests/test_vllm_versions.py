@@ -17,10 +17,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from launcher import profiles
 from launcher.cli import main
-from launcher.errors import ConfigError, ProfileError
-from launcher.profiles import VllmSection, load_profile
+from launcher.common.errors import ConfigError, ProfileError
+from launcher.plan import profiles
+from launcher.plan.profiles import VllmSection, load_profile
 from launcher.vllm import images, interface
 from launcher.vllm import versions as V
 from launcher.vllm.detect import Detected, detect_version

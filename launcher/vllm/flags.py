@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
-from launcher.errors import VlaunchError
-from launcher.records import dataclass
+from launcher.common.errors import VlaunchError
+from launcher.common.records import dataclass
 from launcher.vllm import interface as I
 
 if TYPE_CHECKING:

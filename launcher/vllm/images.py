@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from launcher.records import dataclass
+from launcher.common.records import dataclass
 
 NGC_REPO = "nvidia/vllm"
 

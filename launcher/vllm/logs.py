@@ -33,7 +33,7 @@ from typing import IO, Any
 
 import regex as re
 
-from launcher.records import dataclass
+from launcher.common.records import dataclass
 
 _N = r"-?[0-9][0-9,]*(?:\.[0-9]+)?"  # 34,952 / 34952 / 12.5 / 12.50 / -0.3 / -4.74 (a DGX Spark's graph memory)
 

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Literal
 
-from launcher.records import dataclass
-from launcher.units import cdiv, last_true
+from launcher.common.records import dataclass
+from launcher.common.units import cdiv, last_true
 from launcher.vllm import versions as V
 from launcher.vllm.specs import (
     CacheSpec,

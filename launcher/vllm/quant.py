@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from functools import cache
 
-from launcher.arch.model import Model
-from launcher.errors import FormatError
-from launcher.formats import FORMATS, ONLINE_LAYOUTS, FormatName, FormatSpec, normalize_name, spec_for
-from launcher.records import dataclass
+from launcher.common.errors import FormatError
+from launcher.common.records import dataclass
+from launcher.model.arch.model import Model
+from launcher.model.formats import FORMATS, ONLINE_LAYOUTS, FormatName, FormatSpec, normalize_name, spec_for
 from launcher.vllm import versions as V
 
 # vLLM's `--quantization` choices by release: the first list, then what each release added and removed

@@ -17,8 +17,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
-from launcher.errors import VlaunchError
-from launcher.records import dataclass
+from launcher.common.errors import VlaunchError
+from launcher.common.records import dataclass
 from launcher.vllm import convert
 from launcher.vllm.interface import Flag, Interface
 

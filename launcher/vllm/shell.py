@@ -15,8 +15,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
-from launcher.errors import VlaunchError
-from launcher.records import dataclass
+from launcher.common.errors import VlaunchError
+from launcher.common.records import dataclass
 
 
 class CommandError(VlaunchError):

@@ -13,7 +13,9 @@ from abc import ABC, abstractmethod
 from math import prod
 from typing import Literal
 
-from launcher.arch.layers import (
+from launcher.common.records import dataclass
+from launcher.common.units import cdiv
+from launcher.model.arch.layers import (
     Attention,
     ChunkedLocalAttention,
     GatedDeltaNet,
@@ -25,9 +27,7 @@ from launcher.arch.layers import (
     SlidingWindowAttention,
     kv_heads_per_rank,
 )
-from launcher.kv import DTYPE_BYTES, attention_head_bytes, kv_element_bytes, mla_token_bytes
-from launcher.records import dataclass
-from launcher.units import cdiv
+from launcher.model.kv import DTYPE_BYTES, attention_head_bytes, kv_element_bytes, mla_token_bytes
 from launcher.vllm import versions as V
 
 MambaMode = Literal["none", "align", "all"]

@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from launcher.errors import ConfigError
-from launcher.records import dataclass
+from launcher.common.errors import ConfigError
+from launcher.common.records import dataclass
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher import guard
-from launcher import supervise as sup
+from launcher.run import guard
+from launcher.run import supervise as sup
 from tests.e2e.conftest import ROOT
 
 VLAUNCH = [sys.executable, "-m", "launcher"]

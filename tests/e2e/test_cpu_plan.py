@@ -7,10 +7,10 @@ predicted from that calibration, as `serve` does for every user.
 
 from __future__ import annotations
 
-from launcher import calibration
-from launcher.planning import make_plan
-from launcher.profiles import load_profile
-from launcher.units import GiB
+from launcher.common.units import GiB
+from launcher.plan import calibration
+from launcher.plan.planning import make_plan
+from launcher.plan.profiles import load_profile
 from launcher.vllm import logs
 from launcher.vllm import pool as vp
 from tests.e2e.conftest import ROOT

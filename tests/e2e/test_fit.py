@@ -12,8 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from launcher.planning import make_plan
-from launcher.profiles import load_profile
+from launcher.plan.planning import make_plan
+from launcher.plan.profiles import load_profile
 from tests.e2e.conftest import ROOT
 
 VLAUNCH = [sys.executable, "-m", "launcher"]

@@ -12,9 +12,9 @@ import subprocess
 
 import pytest
 
-from launcher.check import compare
-from launcher.planning import make_plan
-from launcher.profiles import load_profile
+from launcher.check.compare import compare
+from launcher.plan.planning import make_plan
+from launcher.plan.profiles import load_profile
 from launcher.vllm import logs
 from tests.e2e.conftest import ROOT, VLLM_PYTHON
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.kv import KV_CACHE_DTYPES, attention_head_bytes, mla_token_bytes
-from launcher.planning import make_plan, profile_from_flags
+from launcher.model.kv import KV_CACHE_DTYPES, attention_head_bytes, mla_token_bytes
+from launcher.plan.planning import make_plan, profile_from_flags
 from tests.e2e.conftest import ROOT, VLLM_PYTHON
 
 # (KV heads, head_size, head_size_v): Llama-3.1-8B, Qwen3.5, gpt-oss, an odd head, a wider V (MLA-less DeepSeek V2

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from launcher import cluster
-from launcher.planning import make_plan
-from launcher.profiles import load_profile, profile_from_mapping
-from launcher.units import GiB
+from launcher.common.units import GiB
+from launcher.plan.planning import make_plan
+from launcher.plan.profiles import load_profile, profile_from_mapping
+from launcher.run import cluster
 from launcher.vllm import logs
 from tests.e2e.conftest import ROOT, VLLM_PYTHON
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from launcher import guard
+from launcher.run import guard
 from tests.e2e.conftest import ROOT
 
 VLAUNCH = [sys.executable, "-m", "launcher"]
@@ -130,7 +130,7 @@ def test_total_that_moved_is_told_apart_from_the_error(vllm_ready: None, tmp_pat
     """The host's memory grows between the plan and the launch (simulated: the plan reads 2 GiB less than the
     node has); vLLM boots for real. The raw error is the drift's; planned again at vLLM's total, the model is
     within 1 %."""
-    from launcher.machines import detect
+    from launcher.plan.machines import detect
 
     total = detect()[0].total_bytes / 2**30
     r = subprocess.run(
@@ -155,7 +155,7 @@ def test_watchdog_warns_below_the_reserve_and_stops_below_the_line(vllm_ready: N
     what is available before the launch, vLLM's own growth crosses both. The watchdog warns once per crossing,
     naming vLLM's RSS as what grew, then stops vLLM cleanly: exit 11, `stopped_by: watchdog: …`, no process left,
     the lock free."""
-    from launcher.machines import read_meminfo
+    from launcher.plan.machines import read_meminfo
 
     before = {i.pid for i in guard.scan()}
     avail = read_meminfo()["MemAvailable"] / 2**30

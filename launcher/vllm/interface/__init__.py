@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
-from launcher.records import dataclass
+from launcher.common.records import dataclass
 
 Version = tuple[int, ...]
 

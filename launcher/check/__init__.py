@@ -1,0 +1,1 @@
+"""Checking: what a vLLM log states, held against the plan, bucket by bucket."""

@@ -1,0 +1,1 @@
+"""The shared vocabulary: errors, byte units, safe characters, files, secrets, frozen records."""

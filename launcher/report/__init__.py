@@ -1,0 +1,1 @@
+"""Outputs: the terminal text, the HTML memory picture, and the launch files rendered from templates."""

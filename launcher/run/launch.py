@@ -1,0 +1,679 @@
+"""Start vLLM for a plan, watch its boot, check the prediction live, and stop it cleanly.
+
+The subprocess loop only moves lines: a reader thread queues vLLM's output, the main thread tees each line to the
+run log and feeds the Watcher (a small state machine over vllm.logs), prints boot stages, compares the pool the
+moment vLLM states it, and cross-checks /metrics once /health answers. Signals stop vLLM's whole process group
+(terminate → wait → kill) and release the box lock on every path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import re
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import field
+from pathlib import Path
+from typing import IO, Any
+
+import psutil
+
+from launcher.check.compare import compare, render_comparison
+from launcher.common.errors import VlaunchError
+from launcher.common.files import write_atomic
+from launcher.common.records import dataclass
+from launcher.common.redact import Masker
+from launcher.common.units import GiB
+from launcher.plan import calibration, machines
+from launcher.plan.planning import Plan
+from launcher.run import guard
+from launcher.run import preflight as pf
+from launcher.run import supervise as sup
+from launcher.run.watchdog import Event, MemSample, Watchdog, sample_from_meminfo
+from launcher.vllm import logs
+from launcher.vllm import pool as vp
+from launcher.vllm import versions as V
+from launcher.vllm.logs import Stage
+
+_STAGE_TRIGGERS = logs.STAGE_TRIGGERS  # from each log pattern's stage and keywords
+
+
+@dataclass
+class Watcher:
+    """Feed it vLLM's lines; it tracks the boot stage and everything vllm.logs extracts."""
+
+    parser: logs.LogParser = field(default_factory=logs.LogParser)
+    stage: Stage = Stage.STARTING
+    t0: float = field(default_factory=time.monotonic)
+    stages: dict[str, float] = field(default_factory=dict)
+    on_stage: Callable[[Stage, float], None] | None = None
+    pool_seen: bool = False
+
+    def feed(self, line: str) -> None:
+        self.parser.feed(line)
+        for stage, triggers in _STAGE_TRIGGERS:
+            if _order(stage) > _order(self.stage) and any(t in line for t in triggers):
+                self._enter(stage)
+        if self.parser.facts.failure is not None and self.stage is not Stage.FAILED:
+            self._enter(Stage.FAILED)
+
+    def _enter(self, stage: Stage) -> None:
+        self.stage = stage
+        elapsed = time.monotonic() - self.t0
+        self.stages[stage.value] = round(elapsed, 2)
+        if self.on_stage:
+            self.on_stage(stage, elapsed)
+
+    @property
+    def facts(self) -> logs.LogFacts:
+        return self.parser.facts
+
+
+def _order(s: Stage) -> int:
+    return list(Stage).index(s)
+
+
+def utc_stamp() -> str:
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+
+
+def new_log_paths(profile: str, logs_dir: Path) -> tuple[Path, Path]:
+    """logs/<profile>-<UTC timestamp>.log and .json, never overwriting an existing run. Both stay directly inside
+    `logs_dir`: a name that would lead elsewhere (a `/`, `..`) is refused (profiles refuse such names already)."""
+    from launcher.common.errors import VlaunchError
+
+    logs_dir.mkdir(parents=True, exist_ok=True)
+    stamp = utc_stamp()
+    for n in range(1000):
+        suffix = "" if n == 0 else f"-{n}"
+        log = logs_dir / f"{profile}-{stamp}{suffix}.log"
+        if any(sep in profile for sep in (os.sep, os.altsep) if sep) or log.resolve().parent != logs_dir.resolve():
+            raise VlaunchError(f"profile name {profile!r} would put the run log outside {logs_dir}", field="name")
+        try:
+            fd = os.open(log, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)  # vLLM's output: its owner's only
+        except FileExistsError:
+            continue
+        os.close(fd)
+        return log, log.with_suffix(".json")
+    raise RuntimeError("cannot create a run log")
+
+
+HTTP_READ_CAP = 16 << 20
+"""The most of a /health or /metrics answer read: a server that streams without end does not grow vlaunch."""
+
+
+def http_get(url: str, timeout: float = 2.0) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read(HTTP_READ_CAP).decode(errors="replace")
+    except urllib.error.HTTPError as e:
+        return e.code, ""
+    except (urllib.error.URLError, OSError, TimeoutError):
+        return 0, ""
+
+
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def cache_config_info(metrics_text: str) -> dict[str, str] | None:
+    for line in metrics_text.splitlines():
+        if line.startswith("vllm:cache_config_info{"):
+            return dict(_LABEL.findall(line))
+    return None
+
+
+_COUNT = re.compile(r"[0-9]{1,18}")
+
+
+def _count_label(labels: dict[str, str], key: str, malformed: list[str]) -> int | None:
+    """A count label's value; None when absent or "None" (not known yet), and when not a plain non-negative integer
+    (noted in `malformed`): a label vLLM's server writes is not input vlaunch stops a running server over."""
+    value = labels.get(key)
+    if not value or value == "None":
+        return None
+    if _COUNT.fullmatch(value.strip()) is None:
+        malformed.append(key)
+        return None
+    return int(value.strip())
+
+
+def metrics_check(facts: logs.LogFacts, labels: dict[str, str] | None, block_size: int) -> dict[str, Any]:
+    """/metrics vllm:cache_config_info against the log: num_gpu_blocks, and kv_cache_size_tokens (0.28+). A label
+    that is not a count is left out (listed under "malformed"); with none left the check is not available."""
+    if labels is None:
+        return {"available": False}
+    malformed: list[str] = []
+    blocks = _count_label(labels, "num_gpu_blocks", malformed)
+    tokens = _count_label(labels, "kv_cache_size_tokens", malformed)
+    bs = _count_label(labels, "block_size", malformed) or block_size
+    out: dict[str, Any] = {"available": not malformed or blocks is not None or tokens is not None}
+    if malformed:
+        out["malformed"] = malformed
+    if blocks is not None:
+        out["num_gpu_blocks"] = blocks
+        if facts.num_blocks is not None:
+            out["blocks_agree"] = blocks == facts.num_blocks
+        elif facts.kv_pool_tokens is not None and facts.max_concurrency is not None:
+            out["blocks_agree"] = blocks * bs >= facts.kv_pool_tokens
+    if tokens is not None:
+        out["kv_cache_size_tokens"] = tokens
+        if facts.kv_pool_tokens is not None:
+            out["tokens_agree"] = tokens == facts.kv_pool_tokens
+    out["agree"] = all(v for k, v in out.items() if k.endswith("_agree"))
+    return out
+
+
+class _NotStarted(Exception):
+    """vLLM was not started: the exit code and the one line saying why."""
+
+    def __init__(self, code: int, line: str) -> None:
+        super().__init__(line)
+        self.code, self.line = code, line
+
+
+class _Stop(Exception):
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+
+
+@dataclass
+class RunResult:
+    exit_code: int  # what vlaunch exits with; the record's "exit" is the same number
+    record: dict[str, Any]
+    log: Path
+    record_path: Path
+    error: str | None = None  # one line (what; fix) when vLLM could not be started at all
+    warning: str | None = None  # one line when the run record could not be written
+
+
+def serve(
+    plan: Plan,
+    *,
+    logs_dir: Path,
+    echo: Callable[[str], None],
+    verbose: bool = False,
+    ready_timeout: float = 1800.0,
+    stop_after_ready: bool = False,
+    stop_below_bytes: int | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> RunResult:
+    """Run vLLM under the guard until it exits or we are told to stop.
+
+    `extra_env` is added to vLLM's environment (a Ray cluster's RAY_ADDRESS). On unified memory the watchdog
+    samples the box every WATCH_EVERY seconds: below the OS reserve the plan kept it warns (once per crossing)
+    with who grew; below `stop_below_bytes` (any machine) it stops vLLM.
+
+    The exit code (and the record's "exit"): 0 after a clean stop (a signal once vLLM is ready, or
+    stop_after_ready), 1 when vLLM fails or exits before it is ready, 5 when its executable cannot be started,
+    11 when the watchdog stopped it, 128 + the signal's number when stopped before vLLM was ready, 70 when
+    vlaunch itself fails (then re-raised).
+    """
+    profile = plan.profile
+    lock = guard.BoxLock()
+    info: dict[str, Any] = {
+        "pid": os.getpid(),
+        "profile": profile.name,
+        "since": time.time(),
+        "log": None,
+        "port": profile.vllm.port,
+        "host": profile.vllm.host,
+        "vllm_pid": None,
+        "argv": plan.shown_argv,  # secret values masked here, in the record and in the log; vLLM gets them
+    }
+    lock.acquire(info)  # first: a serve the lock refuses leaves no run log behind
+    try:
+        log_path, record_path = new_log_paths(profile.name, logs_dir)
+    except BaseException:
+        lock.release()
+        raise
+    info["log"] = str(log_path)
+    lock.update(info)
+    record: dict[str, Any] = {
+        "profile": profile.name,
+        "profile_path": profile.source,
+        "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "argv": plan.shown_argv,
+        "log": str(log_path),
+        "predicted": plan.to_json(),
+    }
+    proc: subprocess.Popen[bytes] | None = None
+    vllm_started: int | None = None  # vLLM's start time (None: read at the clean-up)
+    known: list[psutil.Process] = []
+    watcher = Watcher(on_stage=lambda s, t: echo(f"[{t:7.1f}s] {s.value}"))
+    exit_code = 0
+    error: str | None = None
+    ready_at: float | None = None
+    vllm_rc: int | None = None  # vLLM's own exit status, when it ended by itself
+    old_handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+
+    def _raise(signum: int, _frame: object) -> None:
+        raise _Stop(signum)
+
+    for signum in old_handlers:
+        signal.signal(signum, _raise)
+    t_start = time.monotonic()
+    log_fh: IO[bytes] = log_path.open("ab")
+    run_id = log_path.stem
+    runtime, container = _launched_container(plan.argv) or ("docker", None)
+    supervisor: Supervisor | None = None
+    saved = _RecordWriter(record_path)
+    try:
+        # the supervisor first: from here on, whatever way this process ends, nothing of the launch outlives it
+        try:
+            supervisor = Supervisor.start(run_id, container=container, runtime=runtime, record=record_path)
+        except SupervisorError as e:  # nothing is started without it
+            raise _NotStarted(pf.EXIT_INTERNAL, e.one_line()) from e
+        env = {**os.environ, **dict(plan.env), **(extra_env or {})}
+        env |= {sup.MARKER_RUN: run_id, sup.MARKER_PID: sup.wrapper_marker()}
+        if container:  # an orphaned client names its container to `vlaunch stop --orphans`
+            env[sup.MARKER_CONTAINER] = sup.container_marker(runtime, container)
+        mask = Masker.of(plan.argv, env)  # vLLM prints its arguments (`non-default args`): not into our log
+        try:
+            proc = subprocess.Popen(
+                list(plan.argv),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,  # its own process group: we stop all of it, it never gets our terminal's ^C
+            )
+        except OSError as e:  # FileNotFoundError, PermissionError: the same refusal pre-flight gives
+            reason = "not executable" if isinstance(e, PermissionError) else "not found"
+            if not isinstance(e, FileNotFoundError | PermissionError):
+                reason = f"cannot be started ({e.strerror or e})"
+            refusal = pf.missing_executable(plan, plan.argv[0], reason)
+            raise _NotStarted(refusal.code, refusal.line()) from e
+        info["vllm_pid"] = proc.pid
+        vllm_started = sup.start_time(proc.pid)  # with the pid, names vLLM for the clean-up even once it is reaped
+        lock.update(info)
+        echo(f"vLLM pid {proc.pid}; log {log_path}")
+        lines: queue.Queue[bytes | None] = queue.Queue(maxsize=10000)
+        reader = threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True)
+        reader.start()
+        base = f"http://{_connect_host(profile.vllm.host)}:{profile.vllm.port}"
+        compared = False
+        metrics_done = False
+        last_health = 0.0
+        reserve = plan.prediction.os_reserve_bytes if plan.machine.unified else 0
+        dog = Watchdog(reserve, stop_below_bytes) if reserve or stop_below_bytes is not None else None
+        last_watch = -WATCH_EVERY
+        while True:
+            try:
+                raw = lines.get(timeout=0.5)
+            except queue.Empty:
+                raw = b""
+            if raw is None:
+                break
+            if raw:
+                raw = mask.line(raw)
+                log_fh.write(raw)
+                text = raw.decode("utf-8", errors="replace")
+                if verbose:
+                    echo(text.rstrip("\n"))
+                watcher.feed(text)
+                if len(known) < 64 and watcher.stage in (Stage.LOADING, Stage.PROFILING, Stage.KV):
+                    known = _merge(known, guard.descendants(proc.pid))
+            f = watcher.facts
+            if not compared and (f.kv_pool_tokens is not None or f.num_blocks is not None):
+                compared = True
+                _calibrate_cpu(plan, f, record, echo)
+                comparison = compare(plan, f)
+                record["diff"] = comparison.to_json()
+                echo("predicted vs logged:" + render_comparison(comparison))
+            if f.failure is not None and exit_code == 0:
+                exit_code = 1
+                echo(f"vLLM failed: {f.failure.kind}: {f.failure.message}")
+                echo(f"  fix: {f.failure.fix}")
+                break
+            now = time.monotonic()
+            if dog is not None and now - last_watch >= WATCH_EVERY:
+                last_watch = now
+                event = dog.observe(_sample(now - t_start, proc.pid, known))
+                if event is not None:
+                    _note_watchdog(record, event, echo)
+                    if event.kind == "stop":
+                        record["stopped_by"] = event.line()  # "watchdog: MemAvailable …"
+                        exit_code = pf.EXIT_WATCHDOG
+                        break
+            if ready_at is None and now - last_health > 1.0 and watcher.stage in (Stage.GRAPHS, Stage.READY):
+                last_health = now
+                status, _ = http_get(base + "/health")
+                if status == 200:
+                    ready_at = now
+                    record["boot_seconds"] = round(now - t_start, 2)
+                    echo(f"[{now - t_start:7.1f}s] /health answers: {base}")
+            if ready_at is not None and not metrics_done:
+                metrics_done = True
+                _, text_m = http_get(base + "/metrics", timeout=5)
+                check = metrics_check(f, cache_config_info(text_m), plan.prediction.layout.block_size)
+                record["metrics_check"] = check
+                echo(f"/metrics cache_config_info: {_metrics_line(check)}")
+                saved.write(_finish(record, watcher, None))
+                echo(f"serving; run record {record_path}; Ctrl-C stops it")
+                if stop_after_ready:
+                    break
+            if ready_at is None and now - t_start > ready_timeout:
+                exit_code = 1
+                echo(f"vLLM did not come up within {ready_timeout:.0f} s")
+                break
+            if proc.poll() is not None and lines.empty() and not reader.is_alive():
+                break
+        vllm_rc = proc.poll()
+        if vllm_rc is not None and exit_code == 0 and ready_at is None:
+            exit_code = 1
+            echo(f"vLLM exited with code {vllm_rc} before it was ready")
+            failure = watcher.parser.finish().failure  # the end of the log may name what went wrong
+            if failure is not None:
+                echo(f"vLLM failed: {failure.kind}: {failure.message}")
+                echo(f"  fix: {failure.fix}")
+    except _NotStarted as e:
+        exit_code, error = e.code, e.line
+        record["error"] = error
+    except _Stop as stop:
+        name = signal.Signals(stop.signum).name
+        echo(f"received {name}: stopping vLLM")
+        record["stopped_by"] = name
+        if ready_at is None and exit_code == 0:
+            exit_code = 128 + stop.signum  # interrupted before vLLM served anything
+    except Exception as e:
+        exit_code = pf.EXIT_INTERNAL
+        record["error"] = " ".join(f"internal error: {e}".split())
+        raise
+    finally:
+        for signum in old_handlers:
+            signal.signal(signum, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the clean-up
+        leftover: list[int] = []
+        if proc is not None:
+            if vllm_rc is None:
+                vllm_rc = proc.poll()  # before stop_tree reaps it: afterwards Popen cannot read the status
+            known = _merge(known, guard.descendants(proc.pid))
+            # the same grace as the supervisor's: a vLLM busy loading ignores SIGTERM, and the box must be free
+            # within seconds, not whenever a safetensors read returns
+            stopped = guard.stop_tree_checked(proc.pid, timeout=sup.GRACE_SECONDS, started=vllm_started, known=known)
+            leftover = stopped.alive
+            # what left vLLM's process tree (daemonised, reparented) still carries the run's marker
+            stray = sup.run_procs(run_id)
+            leftover = sorted(set(leftover) | set(sup.stop_pids(stray, grace=5.0) if stray else ()))
+            if container:
+                stop_container(container, runtime)
+            record["vllm_exit"] = vllm_rc  # None: vLLM was running and vlaunch stopped it
+            if proc.stdout is not None:
+                with contextlib.suppress(OSError):
+                    proc.stdout.close()  # the reader thread ends on it (vLLM's side is gone)
+        record["leftover_pids"] = leftover
+        record["exit"] = exit_code
+        with contextlib.suppress(OSError):
+            log_fh.close()
+        saved.write(_finish(record, watcher, time.monotonic() - t_start))
+        if supervisor is not None:
+            supervisor.done()  # vLLM is stopped: the supervisor has nothing to do
+        lock.release()
+        for signum, handler in old_handlers.items():
+            signal.signal(signum, handler)
+    return RunResult(exit_code, record, log_path, record_path, error, warning=saved.failure)
+
+
+class _RecordWriter:
+    """Writes a run's record; a failed write (a full disk, a directory at the path) is kept as one line for a
+    warning, never a reason to stop vLLM or to change the run's exit code."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.failure: str | None = None
+
+    def write(self, record: dict[str, Any]) -> None:
+        try:
+            write_record(self.path, record)
+        except OSError as e:
+            self.failure = f"the run record was not written: {self.path}: {e.strerror or e}"
+        else:
+            self.failure = None
+
+
+class SupervisorError(VlaunchError):
+    """The supervisor did not start: nothing of the launch may run without it."""
+
+    exit_code = pf.EXIT_INTERNAL
+
+
+SUPERVISOR_READY_SECONDS = 30.0
+"""How long the supervisor may take to say it runs (an interpreter's start on a busy box) before serve gives up."""
+
+# The supervisor's interpreter runs isolated (-I: no current directory, PYTHONPATH or user site on sys.path) and
+# loads this very `launcher` package from its directory, so nothing in the directory `serve` runs from (a
+# `launcher/` package, a `launcher.py`) can stand in for it.
+_SUPERVISOR_BOOT = (
+    "import importlib.util, sys\n"
+    "pkg = sys.argv.pop(1)\n"
+    "init = pkg + '/__init__.py'\n"
+    "spec = importlib.util.spec_from_file_location('launcher', init, submodule_search_locations=[pkg])\n"
+    "mod = importlib.util.module_from_spec(spec); sys.modules['launcher'] = mod; spec.loader.exec_module(mod)\n"
+    "from launcher.run.supervise import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+
+
+@dataclass
+class Supervisor:
+    """The `launcher.run.supervise` process of one launch and the write end of its pipe."""
+
+    proc: subprocess.Popen[bytes]
+    fd: int
+
+    @classmethod
+    def start(cls, run_id: str, *, container: str | None, record: Path, runtime: str = "docker") -> Supervisor:
+        """Start it and wait until it says it runs (on a pipe of its own); SupervisorError when it does not."""
+        r, w = os.pipe()  # both ends close-on-exec: only the supervisor gets `r` (pass_fds), vLLM neither
+        ready_r, ready_w = os.pipe()
+        package = Path(sup.__file__).resolve().parent.parent  # launcher/, which the boot loads as `launcher`
+        argv = [sys.executable, "-I", "-c", _SUPERVISOR_BOOT, str(package)]
+        argv += ["--fd", str(r), "--ready-fd", str(ready_w), "--run-id", run_id, "--record", str(record)]
+        argv += ["--container", container, "--runtime", runtime] if container else []
+        env = {k: v for k, v in os.environ.items() if k not in sup.MARKERS}
+        proc: subprocess.Popen[bytes] | None = None
+        try:
+            try:
+                proc = subprocess.Popen(
+                    argv,
+                    pass_fds=(r, ready_w),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    env=env,
+                    start_new_session=True,  # outside our process group: what kills ours does not kill it
+                )
+            finally:
+                os.close(r)
+                os.close(ready_w)
+            said = _read_ready(ready_r, SUPERVISOR_READY_SECONDS)
+            if said != sup.READY:
+                why = "it exited" if proc.poll() is not None else f"no word within {SUPERVISOR_READY_SECONDS:.0f} s"
+                raise SupervisorError(f"the supervisor process did not start ({why}); nothing was launched")
+            return cls(proc, w)
+        except OSError as e:
+            _abandon(proc, w)
+            why = e.strerror or str(e)
+            raise SupervisorError(f"the supervisor process did not start ({why}); nothing was launched") from None
+        except BaseException:
+            _abandon(proc, w)
+            raise
+        finally:
+            os.close(ready_r)
+
+    def done(self) -> None:
+        """vLLM is stopped: tell the supervisor, which then exits."""
+        with contextlib.suppress(OSError):
+            os.write(self.fd, sup.DONE)
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+def _read_ready(fd: int, timeout: float) -> bytes:
+    """What the supervisor writes on its ready pipe before it closes it (or dies), read for up to `timeout` s."""
+    got = b""
+    end = time.monotonic() + timeout
+    while got != sup.READY and len(got) < 64 and (left := end - time.monotonic()) > 0:
+        readable, _, _ = select.select([fd], [], [], left)
+        if not readable:
+            break
+        chunk = os.read(fd, 64)
+        if not chunk:
+            break
+        got += chunk
+    return got
+
+
+def _abandon(proc: subprocess.Popen[bytes] | None, fd: int) -> None:
+    """A supervisor that did not start: close its pipe and make sure it is gone."""
+    with contextlib.suppress(OSError):
+        os.close(fd)
+    if proc is not None:
+        with contextlib.suppress(OSError):
+            proc.kill()
+        with contextlib.suppress(subprocess.SubprocessError):
+            proc.wait(5)
+
+
+def _launched_container(argv: tuple[str, ...] | list[str]) -> tuple[str, str] | None:
+    """(the runtime, the --name) of a `docker run` / `podman run` launch (vlaunch gives every container one)."""
+    runtime = Path(argv[0]).name if argv else ""
+    if runtime not in ("docker", "podman") or list(argv[1:2]) != ["run"] or "--name" not in argv:
+        return None
+    i = list(argv).index("--name")
+    return (runtime, argv[i + 1]) if i + 1 < len(argv) else None
+
+
+def stop_container(name: str, runtime: str = "docker") -> None:
+    """`docker stop NAME`, for a container that outlived its `docker run` client (SIGKILL is not proxied)."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        subprocess.run([runtime, "stop", "-t", "10", name], capture_output=True, timeout=30, check=False)
+
+
+WATCH_EVERY = 2.0  # seconds between the watchdog's looks at /proc/meminfo and vLLM's resident memory
+_MAX_EVENTS = 100  # a run record keeps the first watchdog events; a flapping box does not grow it without end
+
+
+def _sample(seconds: float, root: int, known: list[psutil.Process]) -> MemSample:
+    """MemAvailable, the page cache, used memory and the launch's resident set, now."""
+    try:
+        meminfo = machines.read_meminfo()
+    except (OSError, machines.MachineError):
+        meminfo = {}
+    try:
+        tree = [psutil.Process(root), *guard.descendants(root)]
+    except psutil.Error:
+        tree = []
+    rss = 0
+    for p in _merge(tree, known):
+        with contextlib.suppress(psutil.Error):
+            rss += p.memory_info().rss
+    return sample_from_meminfo(seconds, meminfo, rss)
+
+
+def _note_watchdog(record: dict[str, Any], event: Event, echo: Callable[[str], None]) -> None:
+    """Print the watchdog's line and keep the event in the run record."""
+    echo(event.line())
+    events = record.setdefault("watchdog", [])
+    if len(events) < _MAX_EVENTS:
+        events.append(event.to_json())
+
+
+def write_record(path: Path, record: dict[str, Any]) -> None:
+    """Write a run record atomically: a reader sees the old record or the new one, never half of one. Mode 0600:
+    it holds the launch's command and environment. Raises OSError."""
+    write_atomic(path, json.dumps(record, indent=2), mode=0o600)
+
+
+def _calibrate_cpu(plan: Plan, f: logs.LogFacts, record: dict[str, Any], echo: Callable[[str], None]) -> None:
+    """A CPU run measures the worker's resident memory: keep it for the next plan on this box."""
+    p = plan.prediction
+    if p.args.platform != "cpu" or f.kv_pool_tokens is None or f.total_memory_gib is None:
+        return
+    if f.gpu_memory_utilization is None or f.requested_memory_gib is None or p.args.kv_cache_memory_bytes:
+        return
+    pool_bytes = vp.pool_bytes_from_tokens(p.layout, p.args.context(), f.kv_pool_tokens)
+    base = calibration.cpu_worker_from_log(
+        f.total_memory_gib, float(f.gpu_memory_utilization), pool_bytes, p.weights_bytes
+    )
+    total = round(f.total_memory_gib * GiB)
+    source = f"serve {plan.profile.name} ({record.get('log') or 'this run'})"
+    if (problem := calibration.cpu_worker_problem(base, total, source)) is not None:
+        record["calibration"] = {"ignored": problem}  # a worker of negative size or more than the box: no measurement
+        echo(problem)
+        return
+    with contextlib.suppress(OSError):
+        entry = calibration.record_cpu_worker(
+            "cpu",
+            V.fmt_version(p.args.version),
+            plan.profile.vllm.python,
+            base,
+            source,
+            family=plan.shape.family,
+            total_bytes=total,
+        )
+        record["calibration"] = {"cpu_worker_base_bytes": entry.base_bytes, "runs": entry.runs}
+
+
+def _finish(record: dict[str, Any], watcher: Watcher, wall: float | None) -> dict[str, Any]:
+    record["logged"] = watcher.facts.to_json()
+    record["timings"] = {"stages": dict(watcher.stages), **({"wall_seconds": round(wall, 2)} if wall else {})}
+    return record
+
+
+def _metrics_line(check: dict[str, Any]) -> str:
+    odd = f" (malformed: {', '.join(check['malformed'])})" if check.get("malformed") else ""
+    if not check.get("available"):
+        return "not available" + odd
+    parts = []
+    if "num_gpu_blocks" in check:
+        parts.append(f"num_gpu_blocks {check['num_gpu_blocks']:,}")
+    if "kv_cache_size_tokens" in check:
+        parts.append(f"kv_cache_size_tokens {check['kv_cache_size_tokens']:,}")
+    if not parts:
+        return "not available" + odd
+    agrees = " — agrees with the log" if check.get("agree") else " — DISAGREES with the log"
+    return ", ".join(parts) + agrees + odd
+
+
+LINE_CAP = logs.STREAM_LINE_CAP
+"""The most of one line of vLLM's output read, logged and parsed; the rest of a longer line is dropped unread."""
+
+
+def _pump(stream: IO[bytes] | None, q: queue.Queue[bytes | None], cap: int = LINE_CAP) -> None:
+    """Queue vLLM's output a line at a time, each line cut at `cap` bytes (and ended with a newline): a process
+    that writes without newlines cannot grow this one."""
+    if stream is None:
+        q.put(None)
+        return
+    with contextlib.suppress(ValueError, OSError):
+        while line := stream.readline(cap):
+            if len(line) >= cap and not line.endswith(b"\n"):
+                while (rest := stream.readline(cap)) and not rest.endswith(b"\n"):
+                    pass  # the rest of an over-long line: read and dropped, never held whole
+                line += b"\n"
+            q.put(line)
+    q.put(None)
+
+
+def _merge(a: list[psutil.Process], b: list[psutil.Process]) -> list[psutil.Process]:
+    seen = {p.pid for p in a}
+    return a + [p for p in b if p.pid not in seen]
+
+
+def _connect_host(host: str) -> str:
+    return "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
