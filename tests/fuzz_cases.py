@@ -786,7 +786,7 @@ class Outcome:
         return bool(self.where) and _elsewhere(self.where)
 
 
-# Files and cli.py commands owned elsewhere: an exit 70 whose innermost frame is here is reported to the owner.
+# Files and launcher/cli/ commands owned elsewhere: an exit 70 whose innermost frame is here is reported to the owner.
 ELSEWHERE_FILES = (
     "launcher/run/launch.py",
     "launcher/run/supervise.py",
@@ -807,11 +807,13 @@ ELSEWHERE_FILES = (
     "launcher/plan/argv.py",
     "launcher/model/archs.py",
 )  # fmt: skip
-ELSEWHERE_CLI = (" in serve", " in _serve_cluster", " in ps", " in stop")
+ELSEWHERE_CLI = (" in serve", " in _serve_default_profile", " in _serve_plan", " in _serve_show", " in _serve_refuse",
+                 " in _serve_preflight", " in _serve_launch", " in _serve_cluster", " in ps", " in stop",
+                 " in _stop_orphans")  # fmt: skip
 
 
 def _elsewhere(where: str) -> bool:
-    if where.startswith("launcher/cli.py"):
+    if where.startswith("launcher/cli/"):
         return where.endswith(ELSEWHERE_CLI)
     return where.startswith(ELSEWHERE_FILES)
 

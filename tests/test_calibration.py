@@ -193,7 +193,7 @@ TINY = Path(__file__).parent / "fixtures" / "tiny-llama" / "config.json"
 
 def _cpu_serve_calibration(log_text: str) -> dict:
     """What serve's auto-calibration stores from a CPU log (launch._calibrate_cpu over the log's facts)."""
-    from launcher.cli import build_profile
+    from launcher.cli.options import build_profile
     from launcher.plan.planning import make_plan
     from launcher.run import launch
     from launcher.vllm.logs import parse_text

@@ -162,7 +162,8 @@ def test_discrete_gpu_util_reason_is_a_whole_sentence() -> None:
 
 
 def test_every_plan_and_serve_flag_has_help() -> None:
-    from launcher.cli import plan, serve
+    from launcher.cli.plan import plan
+    from launcher.cli.serve import serve
 
     for command in (plan, serve):
         missing = [p.opts for p in command.params if isinstance(p, __import__("click").Option) and not p.hidden

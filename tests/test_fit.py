@@ -12,7 +12,8 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from launcher.cli import build_profile, main
+from launcher.cli import main
+from launcher.cli.options import build_profile
 from launcher.plan import decode, planning
 from launcher.plan import fit as F
 from launcher.plan.profiles import load_profile

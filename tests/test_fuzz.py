@@ -57,8 +57,10 @@ def test_fuzz_every_command(sandbox: F.Sandbox, command: str) -> None:
 
 def test_only_code_owned_elsewhere_is_set_aside() -> None:
     assert F._elsewhere("launcher/model/formats.py:164 in detect")
-    assert F._elsewhere("launcher/cli.py:844 in stop")
-    assert not F._elsewhere("launcher/cli.py:120 in invoke")
+    assert F._elsewhere("launcher/cli/stop.py:44 in stop")
+    assert F._elsewhere("launcher/cli/serve.py:150 in _serve_launch")
+    assert not F._elsewhere("launcher/cli/__init__.py:146 in invoke")
+    assert not F._elsewhere("launcher/cli/plan.py:66 in plan")
     assert not F._elsewhere("launcher/plan/profiles.py:300 in _yaml_data")
     assert not F.Outcome(F.Case("plan", "argv", []), 70, 0.0, "", "", ["exit 70 (internal error)"]).elsewhere
 

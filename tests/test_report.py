@@ -12,7 +12,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from launcher.cli import build_profile, main
+from launcher.cli import main
+from launcher.cli.options import build_profile
 from launcher.plan.machines import canonical_machine_name
 from launcher.plan.planning import make_plan
 from launcher.report import html as report
@@ -231,7 +232,7 @@ def test_plan_bar_is_ascii_when_not_a_tty() -> None:
 
 
 def test_plan_bar_unicode_on_a_tty(monkeypatch: pytest.MonkeyPatch) -> None:
-    import launcher.cli as cli
+    import launcher.cli.output as output
 
     class Tty:
         encoding = "utf-8"
@@ -239,11 +240,11 @@ def test_plan_bar_unicode_on_a_tty(monkeypatch: pytest.MonkeyPatch) -> None:
         def isatty(self) -> bool:
             return True
 
-    monkeypatch.setattr(cli.sys, "stdout", Tty())
-    assert cli._bar_style(False) == "unicode"
-    assert cli._bar_style(True) == "ascii"
+    monkeypatch.setattr(output.sys, "stdout", Tty())
+    assert output.bar_style(False) == "unicode"
+    assert output.bar_style(True) == "ascii"
     Tty.encoding = "ascii"
-    assert cli._bar_style(False) == "ascii"
+    assert output.bar_style(False) == "ascii"
 
 
 def test_plan_ascii_flag() -> None:

@@ -1,0 +1,72 @@
+"""`vlaunch profiles`: the profiles `plan` and `serve` take by name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from launcher.cli.options import json_option
+from launcher.cli.output import emit_json
+from launcher.common.errors import VlaunchError
+
+
+@click.command()
+@json_option
+@click.option(
+    "--default",
+    "default",
+    is_flag=True,
+    help="Print only the name of the bundled profile for this machine (what `make serve` starts): "
+    "llama8b-32k on a DGX Spark, tiny-cpu without an NVIDIA GPU, qwen3-8b-pip on another GPU.",
+)
+def profiles(as_json: bool, default: bool) -> None:
+    """List the profiles `plan PROFILE` and `serve PROFILE` take by name: ./profiles/*.yaml, then the bundled ones."""
+    if default:
+        _show_default(as_json)
+        return
+    rows = _profile_rows()
+    if as_json:
+        emit_json({"profiles": rows})
+        return
+    width = max((len(str(r["name"])) for r in rows), default=4)
+    for r in rows:
+        note = " (shadowed by the local one)" if r["shadowed"] else ""
+        click.echo(f"{r['name']:<{width}}  {r['source']:<7}  {r['machine']:<9}  {r['model']}{note}")
+
+
+def _show_default(as_json: bool) -> None:
+    """The name of the bundled profile for this machine."""
+    from launcher.plan.machines import detect
+    from launcher.plan.profiles import default_profile_name
+
+    here, _ = detect()
+    name = default_profile_name(here.name)
+    if as_json:
+        emit_json({"default": name, "machine": here.name})
+    else:
+        click.echo(name)
+
+
+def _profile_rows() -> list[dict[str, Any]]:
+    """./profiles/*.yaml, then the bundled ones: a local profile shadows a bundled one of its name."""
+    from launcher.plan.profiles import BUNDLED_PROFILES, available_profiles, load_profile
+
+    rows: list[dict[str, Any]] = []
+    seen: dict[str, Path] = {}
+    for where, d in (("local", Path.cwd() / "profiles"), ("bundled", BUNDLED_PROFILES)):
+        for name in available_profiles(d):
+            path = d / f"{name}.yaml"
+            if seen.get(name) == path.resolve():
+                continue  # run from the repository: ./profiles is the bundled directory itself
+            model, machine, desc = "", "", ""
+            try:
+                p = load_profile(path)
+                model, machine, desc = p.model, str(p.machine), p.description
+            except VlaunchError as e:
+                desc = f"invalid: {e.one_line()}"
+            rows.append({"name": name, "source": where, "path": str(path), "model": model, "machine": machine,
+                         "description": desc, "shadowed": name in seen})  # fmt: skip
+            seen.setdefault(name, path.resolve())
+    return rows
