@@ -17,7 +17,7 @@ from launcher.cli import main
 from launcher.run import launch
 from launcher.run.launch import Watcher
 from launcher.vllm import logs
-from launcher.vllm.logs import PATTERNS, LogFacts, Pattern, Stage, parse_stream, parse_text
+from launcher.vllm.logs import PATTERNS, LogFacts, Pattern, Stage, parse_stream, parse_text, stream
 
 
 def both(text: str) -> tuple[LogFacts, LogFacts]:
@@ -48,7 +48,7 @@ def test_keywords_are_in_the_examples(p: Pattern) -> None:
 @pytest.mark.parametrize("p", PATTERNS, ids=lambda p: p.name)
 def test_examples_pass_the_stream_prefilter(p: Pattern) -> None:
     for line in (p.example, *p.variants):
-        got = list(logs._candidate_lines(io.BytesIO(line.encode() + b"\n")))
+        got = list(stream._candidate_lines(io.BytesIO(line.encode() + b"\n")))
         assert got == [line.encode()]
 
 

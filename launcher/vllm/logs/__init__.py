@@ -103,7 +103,7 @@ from launcher.vllm.logs.patterns import (
     number,
     stage_triggers,
 )
-from launcher.vllm.logs.stream import STREAM_LINE_CAP, _candidate_lines, parse_stream
+from launcher.vllm.logs.stream import STREAM_LINE_CAP, parse_stream
 
 __all__ = [
     "ACTUAL_USAGE",
@@ -187,7 +187,6 @@ __all__ = [
     "LogParser",
     "Pattern",
     "Stage",
-    "_candidate_lines",
     "clean",
     "keywords_of",
     "number",
