@@ -1,4 +1,4 @@
-"""Robustness of launcher/vllm/logs.py against how real vLLM logs reach us.
+"""Robustness of launcher/vllm/logs/ against how real vLLM logs reach us.
 
 Inputs are built from lines copied out of tests/fixtures/logs (never retyped), perturbed the way logs get perturbed
 in the wild: colour codes, process prefixes, docker/journald timestamps, CRLF, terminal/forum wrapping, interleaved
@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from launcher.vllm import logs
-from launcher.vllm.logs import LogFacts, LogParser, parse_stream, parse_text
+from launcher.vllm.logs import LogFacts, LogParser, parse_stream, parse_text, stream
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 
@@ -296,7 +296,7 @@ def test_every_fixture_same_through_text_and_stream(name: str) -> None:
 def test_stream_chunk_boundaries(monkeypatch: pytest.MonkeyPatch, name: str, chunk: int) -> None:
     """Reading in small chunks (lines cross every chunk boundary) changes nothing while lines fit 4 chunks."""
     whole = parse_stream(io.BytesIO(raw(name))).to_json()
-    monkeypatch.setattr(logs, "CHUNK", chunk)
+    monkeypatch.setattr(stream, "CHUNK", chunk)
     assert parse_stream(io.BytesIO(raw(name))).to_json() == whole
 
 
@@ -862,11 +862,11 @@ def test_bug_wrapped_second_tp_worker_is_dropped() -> None:
 def test_bug_stream_continuation_across_a_chunk_boundary() -> None:
     head = real(LLAMA, "Available KV cache memory").split(" 58.11")[0].encode() + b"\n"  # "...memory:"
     noise = real(LLAMA, "Chunked prefill").replace("Chunked prefill", "Noise").encode() + b"\n"
-    pad = logs.CHUNK - len(head)
+    pad = stream.CHUNK - len(head)
     filler = noise * (pad // len(noise))
     filler += b"x" * (pad - len(filler) - 1) + b"\n" if pad > len(filler) else b""
     data = filler + head + b" 58.11 GiB\n"
-    assert len(filler + head) == logs.CHUNK
+    assert len(filler + head) == stream.CHUNK
     assert parse_stream(io.BytesIO(data[-2000:])).available_kv_gib == 58.11  # fine away from the boundary
     assert parse_stream(io.BytesIO(data)).available_kv_gib == 58.11
 

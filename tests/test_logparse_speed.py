@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from launcher.vllm import logs
-from launcher.vllm.logs import LogFacts, parse_stream, parse_text
+from launcher.vllm.logs import LogFacts, parse_stream, parse_text, stream
 from tests.test_logparse_robust import CPU_OK, EXPECTED, GATE, GPTOSS, LLAMA, LOGS, check, raw, real
 
 QWEN = "llmd-planner-v0.19.0-qwen-qwen3-8b--h100-80gb--tp1pp1dp1--8192.log"
@@ -54,7 +54,7 @@ def boots(name: str, n: int) -> bytes:
 def each_way(data: bytes, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, LogFacts]]:
     out = [("parse_text", parse_text(data.decode())), ("parse_stream", parse_stream(io.BytesIO(data)))]
     with monkeypatch.context() as m:
-        m.setattr(logs, "CHUNK", 4096)  # many reads, most holding several boots
+        m.setattr(stream, "CHUNK", 4096)  # many reads, most holding several boots
         out.append(("parse_stream, 4 KiB reads", parse_stream(io.BytesIO(data))))
     return out
 

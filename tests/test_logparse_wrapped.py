@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from launcher.cli import main
 from launcher.vllm import logs
-from launcher.vllm.logs import LogFacts, LogParser, parse_stream, parse_text
+from launcher.vllm.logs import LogFacts, LogParser, parse_stream, parse_text, stream
 from tests.test_logparse_robust import ALL_LOGS, EXPECTED, GATE, GPTOSS, LLAMA, V0, check, lines, real
 
 # A user's paste into an issue: the forum broke the message after "(196608),".
@@ -86,7 +86,7 @@ def test_forum_paste_is_kv_too_small(variant: str, monkeypatch: pytest.MonkeyPat
     assert_kv_too_small(parse_text(text), f"parse_text/{variant}")
     assert_kv_too_small(parse_stream(io.BytesIO(text.encode())), f"parse_stream/{variant}")
     assert_kv_too_small(fed_line_by_line(text), f"feed/{variant}")
-    monkeypatch.setattr(logs, "CHUNK", 64)  # every line crosses a read
+    monkeypatch.setattr(stream, "CHUNK", 64)  # every line crosses a read
     assert_kv_too_small(parse_stream(io.BytesIO(text.encode())), f"parse_stream, 64-byte reads/{variant}")
 
 
@@ -222,13 +222,13 @@ def test_text_and_stream_agree(pieces: list[tuple[str, float, bool]], crlf: bool
     """Any mix of real lines (boots of several logs, failures, request lines, wraps): the stream's pre-filter and
     boot skipping leave out only what the line-by-line parser does not use."""
     text = _log(pieces, crlf)
-    saved = logs.CHUNK
-    logs.CHUNK = chunk
+    saved = stream.CHUNK
+    stream.CHUNK = chunk
     try:
-        stream = parse_stream(io.BytesIO(text.encode())).to_json()
+        streamed = parse_stream(io.BytesIO(text.encode())).to_json()
     finally:
-        logs.CHUNK = saved
-    assert stream == parse_text(text).to_json()
+        stream.CHUNK = saved
+    assert streamed == parse_text(text).to_json()
 
 
 # --- full-width lines cost a bounded amount of work per record ------------------------------------------------------

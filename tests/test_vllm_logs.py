@@ -1,4 +1,4 @@
-"""launcher/vllm/logs.py as data: every pattern's example matches, the pre-filter and the boot stages come from the
+"""launcher/vllm/logs/ as data: every pattern's example matches, the pre-filter and the boot stages come from the
 registry, and the lines vLLM prints for hybrid models (attention + mamba, sliding window + full) are read."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+import regex
 from click.testing import CliRunner
 
 from launcher.check.compare import flags_from_log
@@ -16,7 +17,7 @@ from launcher.cli import main
 from launcher.run import launch
 from launcher.run.launch import Watcher
 from launcher.vllm import logs
-from launcher.vllm.logs import PATTERNS, LogFacts, Pattern, Stage, parse_stream, parse_text
+from launcher.vllm.logs import PATTERNS, LogFacts, Pattern, Stage, parse_stream, parse_text, stream
 
 
 def both(text: str) -> tuple[LogFacts, LogFacts]:
@@ -47,7 +48,7 @@ def test_keywords_are_in_the_examples(p: Pattern) -> None:
 @pytest.mark.parametrize("p", PATTERNS, ids=lambda p: p.name)
 def test_examples_pass_the_stream_prefilter(p: Pattern) -> None:
     for line in (p.example, *p.variants):
-        got = list(logs._candidate_lines(io.BytesIO(line.encode() + b"\n")))
+        got = list(stream._candidate_lines(io.BytesIO(line.encode() + b"\n")))
         assert got == [line.encode()]
 
 
@@ -61,7 +62,7 @@ def test_every_pattern_is_registered_once_under_its_name() -> None:
 
 def test_keywords_are_derived_from_the_registry() -> None:
     assert logs.keywords_of(PATTERNS) == logs.KEYWORDS
-    extra = Pattern("x", logs.re.compile("Frobnicating"), "Frobnicating 3 shards", "0.99+", "nowhere", ("Frobnicat",))
+    extra = Pattern("x", regex.compile("Frobnicating"), "Frobnicating 3 shards", "0.99+", "nowhere", ("Frobnicat",))
     assert b"Frobnicat" not in logs.KEYWORDS
     assert b"Frobnicat" in logs.keywords_of((*PATTERNS, extra))
     assert set(logs.AFTER_BOOT_KEYWORDS) <= set(logs.KEYWORDS)
@@ -85,7 +86,7 @@ def test_stage_triggers_are_derived_from_the_registry() -> None:
 
 def test_a_new_pattern_with_a_stage_adds_its_trigger(monkeypatch: pytest.MonkeyPatch) -> None:
     extra = Pattern(
-        "fetching", logs.re.compile("Fetching shards"), "Fetching shards: 1/4", "0.99+", "nowhere", ("Fetching shards",)
+        "fetching", regex.compile("Fetching shards"), "Fetching shards: 1/4", "0.99+", "nowhere", ("Fetching shards",)
     )
     staged = dataclasses.replace(extra, stage=Stage.LOADING)
     assert logs.stage_triggers((*PATTERNS, extra)) == logs.STAGE_TRIGGERS  # no stage: no trigger

@@ -1,0 +1,201 @@
+"""`LogParser`: the line framer, then the table of rules (which pattern hands its match to which extractor)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections import deque
+from collections.abc import Iterable
+
+import regex as re
+
+from launcher.vllm.logs.environment import ENVIRONMENT_RULES, RepoAccess
+from launcher.vllm.logs.extract import FACT_RULES, Rule
+from launcher.vllm.logs.facts import FAILURE_RANK, Failure, LogFacts
+from launcher.vllm.logs.failures import FAILURE_RULES, conclude
+from launcher.vllm.logs.framer import RECORD_CAP, Framer, clean
+from launcher.vllm.logs.masks import BIT, SERVING_STR, VERSION_CONTEXT, bits, mask_of, vllm_line_in
+from launcher.vllm.logs.patterns import BOOT_BANNER, VERSION, Pattern
+
+# Lines in a row that hold keywords and match no pattern before the parser reads only what a serving log can say.
+# A vLLM start-up states a fact every few lines: over the 169 real and CPU-build logs in tests/fixtures and the
+# shared corpus the longest such run is 17 lines.
+DRY_LINES = 500
+
+# Every text is read by these, in order: each rule's patterns are tried in turn and the first that matches hands
+# its match to its extractor (an `elif` chain); a rule whose patterns' keywords the text lacks is skipped.
+RULES: tuple[Rule, ...] = (*FACT_RULES, *FAILURE_RULES, *ENVIRONMENT_RULES)
+_RULE_MASKS: tuple[tuple[int, Rule], ...] = tuple((bits(p for p, _ in rule), rule) for rule in RULES)
+
+
+class LogParser:
+    """Feed it lines; read `.facts`. Never raises on any input.
+
+    A pattern is tried on a line only when the line holds one of its keywords (what the stream pre-filter looks
+    for, so `parse_text` and `parse_stream` read the same). A line that does not start a record (see
+    `Framer.continues`) continues the one before: the record they make is matched too, so a statement wrapped by a
+    terminal or a forum is read. A boot banner starts a new boot: a log holding several (a service that restarted)
+    states its last. Once the API server is up (`serving`), only the lines that hold one of AFTER_BOOT_KEYWORDS are
+    read (a new boot, a runtime failure), each alone; the rest is request traffic. So it is after DRY_LINES lines in a
+    row that hold keywords and state nothing (prose or prompts quoting vLLM's words, not a start-up): a real start-up
+    states something every few lines, and a boot banner reads it again from there.
+
+    The extractors read and write the state below that has no leading underscore."""
+
+    def __init__(self) -> None:
+        self.facts = LogFacts()
+        self._framer = Framer()
+        self._boots = 0  # boot banners read
+        self.traffic = False  # a request-time line was read: the API server is up, whatever the log began with
+        self._before = ""  # while matching a continued record: the record before this line
+        self._cur = ""  # and this line alone
+        self.error_in_record = False  # an error message of the current record is the last of `error_lines`
+        self._m = 0  # the patterns whose keywords the text being matched holds (bits of `BIT`)
+        self.continued = False  # the text being matched is a continued record
+        self._found: dict[str, re.Match[str] | None] = {}  # its searches so far, by pattern
+        self.config_set: set[str] = set()  # the facts the last engine-config line set
+        self.recent: deque[str] = deque(maxlen=6)
+        self.error_lines: list[str] = []
+        self.engine_failed = False
+        self.hints: dict[str, Failure] = {}  # the environment failures warnings hint at, by kind
+        self.pending: dict[str, Failure] = {}  # those hinted since the last line vLLM printed: a new boot's own
+        self.repo = RepoAccess()
+        self._hits = 0  # pattern searches that matched
+        self._dry = 0  # lines in a row that held keywords and matched no pattern
+        self._junk = False  # DRY_LINES such lines: text quoting vLLM's words, not a start-up (see `serving`)
+
+    @property
+    def serving(self) -> bool:
+        """The API server is up (it said so, or requests are being served: a log that begins after the start-up)
+        and nothing failed: only the lines holding an AFTER_BOOT_KEYWORDS keyword can change the facts now."""
+        return (self.facts.api_ready or self.traffic or self._junk) and self.facts.failure is None
+
+    # -- public --
+    def feed(self, line: str) -> None:
+        with contextlib.suppress(Exception):  # a parser bug must not take down a launch or a check
+            self._feed(line)
+
+    def feed_many(self, lines: Iterable[str]) -> LogFacts:
+        for line in lines:
+            self.feed(line)
+        return self.finish()
+
+    def finish(self) -> LogFacts:
+        conclude(self)
+        return self.facts
+
+    def gap(self) -> None:
+        """Lines were left out here (`parse_stream` skips lines that cannot matter): the next one continues
+        nothing."""
+        self._framer.gap()
+
+    # -- for the extractors --
+    def search(self, p: Pattern, text: str) -> re.Match[str] | None:
+        """`p.search(text)`, when the text holds one of p's keywords (once per text: `_match` clears `_found`)."""
+        if not self._m & BIT[p.name]:
+            return None
+        if p.name not in self._found:
+            found = self._found[p.name] = p.regex.search(text)
+            self._hits += found is not None
+        return self._found[p.name]
+
+    def new_in_join(self, pattern: Pattern) -> bool:
+        """A continued record's match is new only when neither the record before this line nor the line alone
+        matched."""
+        return not pattern.search(self._before) and not pattern.search(self._cur)
+
+    def env(self, failure: Failure, hint: bool, refine: bool = False) -> None:
+        """A warning only hints (see `finish`). Once vLLM is up, a repo, disk or GPU error belongs to a request, not
+        to the launch; a taken port still fails it (uvicorn binds after 'Application startup complete' before 0.6)."""
+        f = self.facts
+        if hint:
+            self.hints.setdefault(failure.kind, failure)
+            self.pending.setdefault(failure.kind, failure)
+        elif failure.kind == "address_in_use" or not (f.api_ready or f.init_engine_seconds is not None):
+            self.fail(failure, refine=refine)
+
+    def fail(self, failure: Failure, refine: bool = False) -> None:
+        """Keep the highest-ranked failure; `refine`: a later line of the same failure says more."""
+        cur = self.facts.failure
+        better = cur is not None and cur.kind == failure.kind and failure.estimated_max_model_len is not None
+        if (
+            cur is None
+            or FAILURE_RANK[failure.kind] > FAILURE_RANK[cur.kind]
+            or (better and cur.estimated_max_model_len is None)
+            or (refine and cur.kind == failure.kind)
+        ):
+            self.facts.failure = failure
+
+    # -- internals --
+    def _feed(self, raw: str) -> None:
+        self.facts.lines_read += 1
+        line = clean(raw)
+        fr = self._framer
+        if self.serving:
+            fr.line, fr.line_prefix = line, ""
+            fr.end_record()
+            if any(k in line for k in SERVING_STR):
+                self._match(line)
+                self.recent.append(line[-300:])
+            return
+        before = fr.record
+        joined = fr.take(line)
+        boots = self._boots
+        hits = self._hits
+        if joined is None:
+            self.error_in_record = False
+            self._match(line)
+        else:
+            self._match(line)
+            if self._boots == boots:  # a banner on this line starts a boot: the record before is not continued
+                self._before, self._cur = before, line
+                self._match(joined, continuation=True)
+                if len(joined) >= RECORD_CAP:
+                    fr.end_record()
+        self.recent.append(line[-300:])
+        if self._boots == boots and self._m:  # the line held keywords (a new boot resets the count)
+            self._dry = 0 if self._hits != hits else self._dry + 1
+            if self._dry >= DRY_LINES:
+                self._junk = True
+                fr.end_record()
+
+    def _new_boot(self) -> None:
+        """A boot banner: what the log said before belongs to an earlier boot. The environment warnings printed
+        since vLLM's last line (before this banner) belong to this one."""
+        old, old_boots = self.facts, self._boots
+        carried = self.pending
+        repo = self.repo if "repo_access" in carried else RepoAccess()
+        self.__init__()  # type: ignore[misc]
+        self.facts.recognised, self.facts.lines_read, self.facts.source = old.recognised, old.lines_read, old.source
+        self.hints, self.repo = dict(carried), repo
+        self._boots = old_boots + 1
+
+    def _match(self, text: str, continuation: bool = False) -> None:
+        self._m = m0 = mask_of(text)
+        self.continued = continuation
+        self._found = {}
+        if not m0:
+            return
+        s = self.search
+        if not continuation and s(BOOT_BANNER, text):
+            self._new_boot()
+            self._m, self.continued, self._found = m0, continuation, {}
+        f = self.facts
+        if (self.pending or not f.recognised) and vllm_line_in(text, m0, s):
+            self.pending = {}
+            f.recognised = True
+        if f.vllm_version is None and (m := s(VERSION, text)) and any(k in text for k in VERSION_CONTEXT):
+            f.vllm_version = m["version"]
+        for mask, rule in _RULE_MASKS:
+            if m0 & mask:
+                for p, extract in rule:
+                    if m := s(p, text):
+                        extract(self, m, text)
+                        break
+
+
+def parse_text(text: str) -> LogFacts:
+    """Parse a whole log held in memory: the same facts as parse_stream (lines end at "\n")."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return LogParser().feed_many(lines)
