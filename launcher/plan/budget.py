@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import field
 from typing import Any, Literal
 
@@ -327,8 +327,8 @@ def rank_weight_inputs(shape: Model, args: EngineArgs) -> tuple[object, ...]:
 
 def rank_weight_bytes(
     shape: Model,
-    ts: list[Tensor],
-    tensor_bytes: list[int],
+    ts: Sequence[Tensor],
+    tensor_bytes: Sequence[int],
     spec: FormatSpec,
     args: EngineArgs,
     pp_rank: int = 0,
