@@ -319,7 +319,7 @@ def is_mtp_tensor(t: Tensor, shape: Model) -> bool:
 
 
 def rank_weight_inputs(shape: Model, args: EngineArgs) -> tuple[object, ...]:
-    """The engine settings rank_weight_bytes reads: a key for reusing its result (planning.reusing)."""
+    """The engine settings rank_weight_bytes reads: a key for reusing its result (PlanCache)."""
     rotary_len = 0 if shape.max_position_embeddings else args.max_model_len
     return (args.tensor_parallel_size, args.pipeline_parallel_size, args.speculative_method, args.platform,
             args.dtype_bytes, rotary_len)  # fmt: skip
@@ -914,7 +914,7 @@ def rank_layers(
 
 def layout_inputs(s: Model, a: EngineArgs) -> tuple[object, ...]:
     """The engine settings rank_layout reads (beyond the model, the drafter and the rank): a key for reusing its
-    result (planning.reusing). max_model_len sizes a state block only for attention-free models without prefix
+    result (PlanCache). max_model_len sizes a state block only for attention-free models without prefix
     caching."""
     attention_free = s.mixer_kinds <= STATE_KINDS
     length = a.max_model_len if attention_free and a.mamba_cache_mode == "none" else 0
