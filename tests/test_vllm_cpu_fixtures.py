@@ -93,7 +93,7 @@ def plan_run(name: str, run: str, cpu_rss_bytes: int | None = None) -> Plan:
     prof = profile_from_flags(None, str(ROOT / name / "config.json"), **fields)
     # The boots ran on a CPU with AVX512-BF16 (their logs say "Reset SSM cache type to float32"); plan for that
     # CPU, whatever CPU runs the tests.
-    with mock.patch("launcher.plan.planning.cpu_has_avx512_bf16", return_value=True):
+    with mock.patch("launcher.plan.resolve.cpu_has_avx512_bf16", return_value=True):
         return make_plan(prof, live=False, use_calibration=False, cpu_rss_bytes=cpu_rss_bytes)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import field
 from typing import Any, Literal
 
@@ -128,48 +128,111 @@ class EngineArgs:
         }
 
 
-def resolve_engine_args(
-    shape: Model,
-    *,
-    version: V.Version,
-    platform: vp.Platform,
-    unified: bool,
-    total_bytes: int,
-    gpu_name: str = "",
-    max_model_len: int | None,
-    dtype: str = "auto",
-    kv_cache_dtype: str = "auto",
-    tensor_parallel_size: int = 1,
-    pipeline_parallel_size: int = 1,
-    max_num_batched_tokens: int | None = None,
-    max_num_seqs: int | None = None,
-    enforce_eager: bool = False,
-    block_size: int | None = None,
-    kv_cache_memory_bytes: int | None = None,
-    force_v0: bool = False,
-    force_v1: bool = False,
-    prefix_caching: bool | None = None,
-    mamba_cache_mode: str = "auto",
-    mamba_cache_dtype: str = "auto",
-    mamba_ssm_cache_dtype: str = "auto",
-    num_speculative_tokens: int = 0,
-    speculative_method: str | None = None,
-    pooling: bool = False,
-    cpu_bf16: bool = True,
-    disable_hybrid_manager: bool = False,
-    chunked_with_hybrid: bool = True,
-    hf_quant_config: Mapping[str, Any] | None = None,
-) -> EngineArgs:
+@dataclass(frozen=True, kw_only=True)
+class EngineAsk:
+    """What a profile asks of vLLM's engine on one machine, before vLLM's defaults fill the rest."""
+
+    version: V.Version
+    platform: vp.Platform
+    unified: bool
+    total_bytes: int
+    gpu_name: str = ""
+    max_model_len: int | None
+    dtype: str = "auto"
+    kv_cache_dtype: str = "auto"
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    enforce_eager: bool = False
+    block_size: int | None = None
+    kv_cache_memory_bytes: int | None = None
+    force_v0: bool = False
+    force_v1: bool = False
+    prefix_caching: bool | None = None
+    mamba_cache_mode: str = "auto"
+    mamba_cache_dtype: str = "auto"
+    mamba_ssm_cache_dtype: str = "auto"
+    num_speculative_tokens: int = 0
+    speculative_method: str | None = None
+    pooling: bool = False
+    cpu_bf16: bool = True
+    disable_hybrid_manager: bool = False
+    chunked_with_hybrid: bool = True
+    hf_quant_config: Mapping[str, Any] | None = None
+
+
+def resolve_engine_args(shape: Model, **ask: Any) -> EngineArgs:
+    """engine_args with the ask given as EngineAsk's fields."""
+    return engine_args(shape, EngineAsk(**ask))
+
+
+def engine_args(shape: Model, ask: EngineAsk) -> EngineArgs:
     """Apply vLLM's defaults as `vllm serve` does (arg_utils: usage context OPENAI_API_SERVER)."""
+    engine, version = _engine(ask.version, ask.force_v0, ask.force_v1)
+    mml = ask.max_model_len or shape.max_position_embeddings or 2048
+    mnbt, seqs, chunked = _batch_defaults(ask, engine, mml)
+    kinds = shape.mixer_kinds
+    has_state = bool(kinds & STATE_KINDS)
+    caching = _prefix_caching(ask, kinds, version)
+    supports_all = shape.model_type in ve.MAMBA_PREFIX_CACHING
+    mode = ve.mamba_mode(ask.mamba_cache_mode, caching, version, supports_all) if has_state else "none"
+    kv_dtype = _resolve_kv_dtype(ask.kv_cache_dtype, ask.dtype, shape, version, ask.hf_quant_config)
+    block = ask.block_size or ve.default_block_size(shape, ask.platform, version)
+    if boundary_layers(kv_dtype, shape, version):  # TurboQuant keeps its first and last layers in 16 bits
+        block = kept_layers_block_size(block, _dtype_bytes(ask.dtype, shape), ve.KERNEL_BLOCK[ask.platform], version)
+    ssm_dtype = ask.mamba_ssm_cache_dtype
+    if has_state:
+        ssm_dtype = ve.ssm_dtype(shape, ssm_dtype, ask.platform, ask.cpu_bf16, "linear_attention" in kinds)
+    return EngineArgs(
+        version=version,
+        engine=engine,
+        platform=ask.platform,
+        unified=ask.unified,
+        max_model_len=mml,
+        block_size=block,
+        kv_cache_dtype=kv_dtype,
+        dtype_bytes=_dtype_bytes(ask.dtype, shape),
+        tensor_parallel_size=ask.tensor_parallel_size,
+        pipeline_parallel_size=ask.pipeline_parallel_size,
+        max_num_batched_tokens=mnbt,
+        max_num_seqs=seqs,
+        enforce_eager=ask.enforce_eager,
+        chunked_prefill=chunked,
+        hybrid_manager=engine == "v1"
+        and V.HYBRID_MANAGER.on(version)
+        and not ask.disable_hybrid_manager
+        # VllmConfig: chunked local attention turns the manager off unless
+        # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1 (the default in 0.32)
+        and (ask.chunked_with_hybrid or "chunked_attention" not in kinds),
+        cudagraph_in_budget=ask.platform == "cuda" and V.CUDAGRAPH_IN_BUDGET.on(version) and not ask.enforce_eager,
+        kv_cache_memory_bytes=ask.kv_cache_memory_bytes,
+        served_dtype=_served_dtype(ask.dtype, shape),
+        prefix_caching=caching,
+        mamba_cache_mode=mode,
+        mamba_cache_dtype=ask.mamba_cache_dtype,
+        mamba_ssm_cache_dtype=ssm_dtype,
+        num_speculative_tokens=ask.num_speculative_tokens,
+        speculative_method=ask.speculative_method,
+        pooling=ask.pooling,
+    )
+
+
+def _engine(version: V.Version, force_v0: bool, force_v1: bool) -> tuple[Engine, V.Version]:
+    """The engine that runs (VLLM_USE_V1), and the version it is sized as."""
     v1 = V.V1_ENGINE.on(version) or (force_v1 and V.V1_OPT_IN.on(version))
     engine: Engine = "v1" if v1 and not (force_v0 and not V.V0_REMOVED.on(version)) else "v0"
     if engine == "v1" and not V.V1_ENGINE.on(version):
         version = V.V1_ENGINE.since  # VLLM_USE_V1=1 on 0.7.x: the early V1 engine, sized as in 0.8.0
-    mml = max_model_len or shape.max_position_embeddings or 2048
-    world = tensor_parallel_size * pipeline_parallel_size
-    if platform == "cpu":
+    return engine, version
+
+
+def _batch_defaults(ask: EngineAsk, engine: Engine, mml: int) -> tuple[int, int, bool]:
+    """(max_num_batched_tokens, max_num_seqs, chunked prefill): as asked, else vLLM's defaults."""
+    world = ask.tensor_parallel_size * ask.pipeline_parallel_size
+    if ask.platform == "cpu":
         d_mnbt, d_seqs = 2048 * world, 128 * world
-    elif total_bytes >= 70 * GiB and "a100" not in gpu_name.lower():
+    elif ask.total_bytes >= 70 * GiB and "a100" not in ask.gpu_name.lower():
         d_mnbt, d_seqs = 8192, 1024  # H100/H200 class, and the Spark
     else:
         d_mnbt, d_seqs = 2048, 256
@@ -180,57 +243,19 @@ def resolve_engine_args(
         # prefills a whole max_model_len sequence.
         chunked = mml > 32768
         d_mnbt = 2048 if chunked else max(mml, 2048)
-    mnbt = max_num_batched_tokens or d_mnbt
-    seqs = max_num_seqs or d_seqs
-    kinds = shape.mixer_kinds
+    return ask.max_num_batched_tokens or d_mnbt, ask.max_num_seqs or d_seqs, chunked
+
+
+def _prefix_caching(ask: EngineAsk, kinds: frozenset[str], version: V.Version) -> bool:
+    """Prefix caching: as asked, else vLLM's default for the model."""
+    if ask.prefix_caching is not None:
+        return ask.prefix_caching
     has_state = bool(kinds & STATE_KINDS)
     attention_free = kinds <= STATE_KINDS
     # ModelConfig.is_prefix_caching_supported: on for generative decoders, for hybrids since 0.26; off for
     # attention-free models ("still experimental") and for pooling runners over encoders or mean/CLS pooling.
     hybrid = has_state and not attention_free
-    default_caching = not pooling and not attention_free and (not hybrid or V.HYBRID_PREFIX_CACHING.on(version))
-    caching = default_caching if prefix_caching is None else prefix_caching
-    has_gdn = "linear_attention" in kinds
-    supports_all = shape.model_type in ve.MAMBA_PREFIX_CACHING
-    mode = ve.mamba_mode(mamba_cache_mode, caching, version, supports_all) if has_state else "none"
-    kv_dtype = _resolve_kv_dtype(kv_cache_dtype, dtype, shape, version, hf_quant_config)
-    block = block_size or ve.default_block_size(shape, platform, version)
-    if boundary_layers(kv_dtype, shape, version):  # TurboQuant keeps its first and last layers in 16 bits
-        block = kept_layers_block_size(block, _dtype_bytes(dtype, shape), ve.KERNEL_BLOCK[platform], version)
-    return EngineArgs(
-        version=version,
-        engine=engine,
-        platform=platform,
-        unified=unified,
-        max_model_len=mml,
-        block_size=block,
-        kv_cache_dtype=kv_dtype,
-        dtype_bytes=_dtype_bytes(dtype, shape),
-        tensor_parallel_size=tensor_parallel_size,
-        pipeline_parallel_size=pipeline_parallel_size,
-        max_num_batched_tokens=mnbt,
-        max_num_seqs=seqs,
-        enforce_eager=enforce_eager,
-        chunked_prefill=chunked,
-        hybrid_manager=engine == "v1"
-        and V.HYBRID_MANAGER.on(version)
-        and not disable_hybrid_manager
-        # VllmConfig: chunked local attention turns the manager off unless
-        # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1 (the default in 0.32)
-        and (chunked_with_hybrid or "chunked_attention" not in kinds),
-        cudagraph_in_budget=platform == "cuda" and V.CUDAGRAPH_IN_BUDGET.on(version) and not enforce_eager,
-        kv_cache_memory_bytes=kv_cache_memory_bytes,
-        served_dtype=_served_dtype(dtype, shape),
-        prefix_caching=caching,
-        mamba_cache_mode=mode,
-        mamba_cache_dtype=mamba_cache_dtype,
-        mamba_ssm_cache_dtype=ve.ssm_dtype(shape, mamba_ssm_cache_dtype, platform, cpu_bf16, has_gdn)
-        if has_state
-        else mamba_ssm_cache_dtype,
-        num_speculative_tokens=num_speculative_tokens,
-        speculative_method=speculative_method,
-        pooling=pooling,
-    )
+    return not ask.pooling and not attention_free and (not hybrid or V.HYBRID_PREFIX_CACHING.on(version))
 
 
 STATE_KINDS = frozenset({"linear_attention", "mamba", "mamba2", "short_conv"})
@@ -294,7 +319,7 @@ def is_mtp_tensor(t: Tensor, shape: Model) -> bool:
 
 
 def rank_weight_inputs(shape: Model, args: EngineArgs) -> tuple[object, ...]:
-    """The engine settings rank_weight_bytes reads: a key for reusing its result (planning.reusing)."""
+    """The engine settings rank_weight_bytes reads: a key for reusing its result (PlanCache)."""
     rotary_len = 0 if shape.max_position_embeddings else args.max_model_len
     return (args.tensor_parallel_size, args.pipeline_parallel_size, args.speculative_method, args.platform,
             args.dtype_bytes, rotary_len)  # fmt: skip
@@ -302,8 +327,8 @@ def rank_weight_inputs(shape: Model, args: EngineArgs) -> tuple[object, ...]:
 
 def rank_weight_bytes(
     shape: Model,
-    ts: list[Tensor],
-    tensor_bytes: list[int],
+    ts: Sequence[Tensor],
+    tensor_bytes: Sequence[int],
     spec: FormatSpec,
     args: EngineArgs,
     pp_rank: int = 0,
@@ -521,69 +546,101 @@ def _util_ceil(x: float) -> float:
     return math.ceil(x * 100 - 1e-9) / 100
 
 
-def predict(req: PlanRequest) -> Prediction:
-    s, a = req.shape, req.args
-    v = a.version
-    lay, ctx = (
-        (req.kv_layout, a.context()) if req.kv_layout is not None else rank_layout(s, a, req.pp_rank, req.drafter)
-    )
+@dataclass(frozen=True)
+class RankCache:
+    """One rank's cache layout, and what one request of max_model_len takes of its pool."""
+
+    layout: vp.KVLayout
+    context: Context
+    blocks_per_request: int
+    request_bytes: int  # blocks_per_request × bytes per block
+    state_bytes: int  # Mamba / linear-attention state of one request, as its layers hold it
+    state_request_bytes: int  # the pool blocks that state takes per request
+
+
+def rank_cache(lay: vp.KVLayout, ctx: Context) -> RankCache:
+    """A rank's layout with one request's blocks and state."""
     per_req_blocks = vp.blocks_per_request(lay, ctx)
     request_bytes = per_req_blocks * lay.bytes_per_block  # one block id spans a layer of every group
     state_raw, state_charged = state_bytes_per_request(lay, ctx)
-    kv_need = req.users * request_bytes
-    textbook = req.overhead_bytes is not None
-    act = activation_peak(s, a, textbook=textbook, pp_rank=req.pp_rank)
-    cal = req.calibration
-    if cal is not None and cal.activation_scale is not None and not textbook:
-        scaled = int(act.peak * cal.activation_scale)
-        act = Activation(act.forward, act.sampler, act.encoder, scaled, act.model + " (calibrated)")
-    if cal is not None and cal.weights_scale is not None:
-        req = dataclasses.replace(req, weights_bytes=int(req.weights_bytes * cal.weights_scale))
+    return RankCache(lay, ctx, per_req_blocks, request_bytes, state_raw, state_charged)
+
+
+@dataclass(frozen=True)
+class RankBuckets:
+    """One rank's buckets before a utilization is chosen, and how they fall inside and outside vLLM's budget."""
+
+    total_bytes: int  # the machine (per GPU)
+    weights_bytes: int  # as loaded, a calibrated weights scale applied
+    kv_need_bytes: int  # users × one max_model_len request
+    activation: Activation
+    non_torch_bytes: int
+    cudagraph_bytes: int
+    context_bytes: int
+    os_reserve_bytes: int  # 0 on a discrete GPU
+    overhead_bytes: int  # non-torch + CUDA graphs + CUDA context
+    non_kv_in_budget: int  # what vLLM's profiling counts inside its budget besides KV (CPU: the worker's RSS)
+    graphs_outside: int  # CUDA graphs captured outside the budget
+    outside_bytes: int  # memory the process uses beyond vLLM's budget
+    sharing: int  # workers each claiming the budget on one node (CPU tensor parallel)
+    notes: tuple[str, ...] = ()
+
+
+def _overhead_terms(req: PlanRequest) -> tuple[int, int, int]:
+    """(non-torch, CUDA graphs, CUDA context): a fixed overhead when given, else the version model's figures with
+    calibrated terms in their place."""
+    a, cal = req.args, req.calibration
     if req.overhead_bytes is not None:
-        non_torch, graphs, context = req.overhead_bytes, 0, 0
-    elif a.platform == "cpu":
-        non_torch, graphs, context = 0, 0, 0
-    else:
-        non_torch, graphs, context = non_torch_bytes(a), cudagraph_bytes(a), CUDA_CONTEXT
-        if cal is not None and cal.non_torch_bytes is not None:
-            non_torch = cal.non_torch_bytes
-        if cal is not None and cal.cudagraph_bytes is not None and graphs:
-            graphs = cal.cudagraph_bytes
-    graphs_in_budget = graphs if a.cudagraph_in_budget and req.overhead_bytes is None else 0
-    unified_graph_note = None
-    if graphs_in_budget and a.unified and cal is None:
+        return req.overhead_bytes, 0, 0
+    if a.platform == "cpu":
+        return 0, 0, 0
+    non_torch, graphs = non_torch_bytes(a), cudagraph_bytes(a)
+    if cal is not None and cal.non_torch_bytes is not None:
+        non_torch = cal.non_torch_bytes
+    if cal is not None and cal.cudagraph_bytes is not None and graphs:
+        graphs = cal.cudagraph_bytes
+    return non_torch, graphs, CUDA_CONTEXT
+
+
+def _graphs_in_budget(req: PlanRequest, graphs: int) -> tuple[int, str | None]:
+    """The CUDA-graph estimate vLLM takes out of its budget, and a note when unified memory makes it 0."""
+    a = req.args
+    in_budget = graphs if a.cudagraph_in_budget and req.overhead_bytes is None else 0
+    if in_budget and a.unified and req.calibration is None:
         # vLLM measures its CUDA-graph estimate as the drop in free memory while it captures two graphs
         # (gpu_model_runner.profile_cudagraph_memory, not clamped at 0). On unified memory the OS frees and takes
         # pages meanwhile, so Spark logs read anything from -4.74 GiB to about +1 GiB; the sign is not
         # predictable, so the budget takes none of it.
-        graphs_in_budget = 0
-        unified_graph_note = (
+        return 0, (
             "unified memory: vLLM's CUDA-graph estimate is a free-memory difference the OS moves (Spark logs show "
             "negative values such as -4.74 GiB, which enlarge the pool); planned as 0"
         )
-    graphs_outside = graphs - graphs_in_budget
-    overhead = non_torch + graphs + context
-    T = req.total_bytes
-    reserve = req.os_reserve_bytes if req.unified else 0
+    return in_budget, None
 
+
+def rank_buckets(req: PlanRequest, cache: RankCache) -> RankBuckets:
+    """Activation peak, non-torch, CUDA graphs and context for one rank, and what of them vLLM's budget holds."""
+    s, a, cal = req.shape, req.args, req.calibration
+    textbook = req.overhead_bytes is not None
+    act = activation_peak(s, a, textbook=textbook, pp_rank=req.pp_rank)
+    if cal is not None and cal.activation_scale is not None and not textbook:
+        scaled = int(act.peak * cal.activation_scale)
+        act = Activation(act.forward, act.sampler, act.encoder, scaled, act.model + " (calibrated)")
+    weights = req.weights_bytes
+    if cal is not None and cal.weights_scale is not None:
+        weights = int(req.weights_bytes * cal.weights_scale)
+    non_torch, graphs, context = _overhead_terms(req)
+    graphs_in_budget, unified_graph_note = _graphs_in_budget(req, graphs)
     if a.platform == "cpu":
-        rss = req.cpu_rss_bytes if req.cpu_rss_bytes is not None else CPU_WORKER_BASE + req.weights_bytes
-        non_kv_in_budget = rss
+        non_kv_in_budget = req.cpu_rss_bytes if req.cpu_rss_bytes is not None else CPU_WORKER_BASE + weights
     else:
-        non_kv_in_budget = req.weights_bytes + act.peak + non_torch + graphs_in_budget
-        if a.engine == "v1" and not V.V1_CONTEXT_IN_BUDGET_UNTIL.on(v):
+        non_kv_in_budget = weights + act.peak + non_torch + graphs_in_budget
+        if a.engine == "v1" and not V.V1_CONTEXT_IN_BUDGET_UNTIL.on(a.version):
             non_kv_in_budget += context  # 0.8.x counts everything used on the GPU, CUDA context included
-    outside = context + graphs_outside  # memory the process uses beyond vLLM's budget
-
-    # --- gpu_memory_utilization ---
-    # vLLM's CPU workers each take gpu_memory_utilization × the node: tensor-parallel ranks on one node add up
-    sharing = a.tensor_parallel_size if a.platform == "cpu" else 1
-    default_util = ve.default_utilization(v)
-    reasons: list[str] = []
     notes: list[str] = []
     if cal is not None and cal.note:
         notes.append(cal.note)
-    if not lay.groups:
+    if not cache.layout.groups:
         notes.append(
             "no KV cache: "
             + ("an encoder under --runner pooling keeps none" if a.pooling and not s.causal else "no layer keeps one")
@@ -591,174 +648,250 @@ def predict(req: PlanRequest) -> Prediction:
         )
     if unified_graph_note:
         notes.append(unified_graph_note)
-    if req.gpu_memory_utilization is not None:
-        util = req.gpu_memory_utilization
-        why = "as given"
-    else:
-        need = (non_kv_in_budget + kv_need + 2 * lay.bytes_per_block) / T
-        caps: list[tuple[float, str]] = []
-        if req.unified:
-            why_cap = f"leaves the {reserve / GiB:.1f} GiB OS reserve" + (
-                f" with {sharing} workers each claiming it" if sharing > 1 else ""
-            )
-            caps.append(((T - reserve - outside * sharing) / T / sharing, why_cap))
-            if req.free_bytes is not None:
-                gate = (req.free_bytes - 512 * MiB) / T
-                caps.append((gate, f"passes vLLM's start-up check against {req.free_bytes / GiB:.1f} GiB available"))
-        else:
-            caps.append((default_util, f"stays within vLLM's default {default_util}"))
-            if req.free_bytes is not None:
-                gate = (req.free_bytes - 256 * MiB) / T
-                caps.append((gate, f"passes the start-up check against {req.free_bytes / GiB:.2f} GiB free"))
-        cap_value, cap_why = min(caps, key=lambda c: c[0])
-        cap_value = _util_floor(min(cap_value, 1.0))
-        if req.biggest_pool or not req.unified:
-            util, why = cap_value, f"largest that {cap_why}"
-        else:
-            needed = _util_ceil(need)
-            if needed <= cap_value:
-                util = max(needed, 0.01)
-                why = (
-                    f"enough for {req.users} × {a.max_model_len:,} tokens "
-                    f"(the largest safe value, {cap_value:.2f}, {cap_why})"
-                )
-            else:
-                verb = "needs" if req.users == 1 else "need"
-                util, why = cap_value, f"largest that {cap_why}; {units.users(req.users)} {verb} {needed:.2f}"
-        util = max(util, 0.01)
+    return RankBuckets(
+        total_bytes=req.total_bytes,
+        weights_bytes=weights,
+        kv_need_bytes=req.users * cache.request_bytes,
+        activation=act,
+        non_torch_bytes=non_torch,
+        cudagraph_bytes=graphs,
+        context_bytes=context,
+        os_reserve_bytes=req.os_reserve_bytes if req.unified else 0,
+        overhead_bytes=non_torch + graphs + context,
+        non_kv_in_budget=non_kv_in_budget,
+        graphs_outside=graphs - graphs_in_budget,
+        outside_bytes=context + graphs - graphs_in_budget,
+        # vLLM's CPU workers each take gpu_memory_utilization × the node: tensor-parallel ranks on one node add up
+        sharing=a.tensor_parallel_size if a.platform == "cpu" else 1,
+        notes=tuple(notes),
+    )
 
-    requested = vp.requested_bytes(T, util, v)
+
+def _util_caps(req: PlanRequest, b: RankBuckets) -> list[tuple[float, str]]:
+    """The largest safe utilizations, each with what it keeps to."""
+    T, reserve, sharing = b.total_bytes, b.os_reserve_bytes, b.sharing
+    caps: list[tuple[float, str]] = []
+    if req.unified:
+        why_cap = f"leaves the {reserve / GiB:.1f} GiB OS reserve" + (
+            f" with {sharing} workers each claiming it" if sharing > 1 else ""
+        )
+        caps.append(((T - reserve - b.outside_bytes * sharing) / T / sharing, why_cap))
+        if req.free_bytes is not None:
+            gate = (req.free_bytes - 512 * MiB) / T
+            caps.append((gate, f"passes vLLM's start-up check against {req.free_bytes / GiB:.1f} GiB available"))
+    else:
+        default_util = ve.default_utilization(req.args.version)
+        caps.append((default_util, f"stays within vLLM's default {default_util}"))
+        if req.free_bytes is not None:
+            gate = (req.free_bytes - 256 * MiB) / T
+            caps.append((gate, f"passes the start-up check against {req.free_bytes / GiB:.2f} GiB free"))
+    return caps
+
+
+def choose_utilization(req: PlanRequest, cache: RankCache, b: RankBuckets) -> tuple[float, str]:
+    """gpu_memory_utilization and why: as given; else the largest safe value (discrete GPUs, --biggest-pool), or
+    on unified memory what the users need when that is safe."""
+    if req.gpu_memory_utilization is not None:
+        return req.gpu_memory_utilization, "as given"
+    a = req.args
+    need = (b.non_kv_in_budget + b.kv_need_bytes + 2 * cache.layout.bytes_per_block) / b.total_bytes
+    cap_value, cap_why = min(_util_caps(req, b), key=lambda c: c[0])
+    cap_value = _util_floor(min(cap_value, 1.0))
+    if req.biggest_pool or not req.unified:
+        util, why = cap_value, f"largest that {cap_why}"
+    else:
+        needed = _util_ceil(need)
+        if needed <= cap_value:
+            util = max(needed, 0.01)
+            why = (
+                f"enough for {req.users} × {a.max_model_len:,} tokens "
+                f"(the largest safe value, {cap_value:.2f}, {cap_why})"
+            )
+        else:
+            verb = "needs" if req.users == 1 else "need"
+            util, why = cap_value, f"largest that {cap_why}; {units.users(req.users)} {verb} {needed:.2f}"
+    return max(util, 0.01), why
+
+
+@dataclass(frozen=True)
+class RankPool:
+    """vLLM's budget and KV pool for one rank at one utilization, and the users the machine holds."""
+
+    utilization: float
+    reason: str
+    requested_bytes: int  # vLLM's budget: total × util
+    available_bytes: int  # what vLLM will print as "Available KV cache memory"
+    pool: vp.Pool
+    room_bytes: int  # the lesson's room for KV: memory − OS − weights − overhead − activation peak
+    max_users: int
+    held_bytes: int  # what vLLM's processes hold of the machine: budget + what lies outside it, every CPU worker
+
+
+def rank_pool(req: PlanRequest, cache: RankCache, b: RankBuckets, util: float, why: str) -> RankPool:
+    """vLLM's carving at `util`: its budget, the KV memory left after the non-KV terms, the blocks of the pool."""
+    a, T = req.args, b.total_bytes
+    requested = vp.requested_bytes(T, util, a.version)
     if a.kv_cache_memory_bytes is not None:
         available = a.kv_cache_memory_bytes
     elif a.platform == "cpu":
-        available = int(requested - non_kv_in_budget)
-    elif a.engine == "v1" and not V.V1_CONTEXT_IN_BUDGET_UNTIL.on(v):
-        available = int(T * util - non_kv_in_budget)
+        available = int(requested - b.non_kv_in_budget)
+    elif a.engine == "v1" and not V.V1_CONTEXT_IN_BUDGET_UNTIL.on(a.version):
+        available = int(T * util - b.non_kv_in_budget)
     else:
-        available = requested - non_kv_in_budget
-    pool_ = vp.pool(lay, max(available, 0), ctx, engine=a.engine, num_blocks_override=a.num_gpu_blocks_override)
-
+        available = requested - b.non_kv_in_budget
+    pool_ = vp.pool(cache.layout, max(available, 0), cache.context, engine=a.engine,
+                    num_blocks_override=a.num_gpu_blocks_override)  # fmt: skip
     # --- the lesson's equation: users that fit in the machine ---
-    room = T - reserve - req.weights_bytes - overhead - act.peak
+    room = T - b.os_reserve_bytes - b.weights_bytes - b.overhead_bytes - b.activation.peak
     if a.platform == "cpu":
-        room = T - reserve - non_kv_in_budget
-    max_users = max(0, room // request_bytes) if request_bytes else 0
+        room = T - b.os_reserve_bytes - b.non_kv_in_budget
+    max_users = max(0, room // cache.request_bytes) if cache.request_bytes else 0
+    held = (requested + b.outside_bytes) * b.sharing
+    return RankPool(util, why, requested, available, pool_, room, int(max_users), held)
 
-    # --- verdict ---
+
+def _kv_failure(req: PlanRequest, c: RankCache, b: RankBuckets, p: RankPool, reasons: list[str]) -> str | None:
+    """The first of: weights that do not fit, no KV memory, a pool smaller than one request, too many users."""
+    a, T, reserve = req.args, b.total_bytes, b.os_reserve_bytes
     failure: str | None = None
-    fixes: list[str] = []
-    if req.weights_bytes > T - reserve - outside:
+    if b.weights_bytes > T - reserve - b.outside_bytes:
         failure = "weights_do_not_fit"
         reasons.append(
-            f"weights: {req.weights_bytes / GiB:.2f} GiB per GPU do not fit in {(T - reserve) / GiB:.2f} GiB"
+            f"weights: {b.weights_bytes / GiB:.2f} GiB per GPU do not fit in {(T - reserve) / GiB:.2f} GiB"
             + (f" ({reserve / GiB:.1f} GiB kept for the OS)" if reserve else "")
         )
-    if available <= 0 and failure is None:
+    if p.available_bytes <= 0 and failure is None:
         failure = "no_kv_memory"
         reasons.append(
-            f"no KV memory: the budget {requested / GiB:.2f} GiB is smaller than weights + activation + overhead "
-            f"({non_kv_in_budget / GiB:.2f} GiB), short {-available / GiB:.2f} GiB"
+            f"no KV memory: the budget {p.requested_bytes / GiB:.2f} GiB is smaller than weights + activation + "
+            f"overhead ({b.non_kv_in_budget / GiB:.2f} GiB), short {-p.available_bytes / GiB:.2f} GiB"
         )
-    elif lay.groups and pool_.num_blocks < per_req_blocks and failure is None:
+    elif c.layout.groups and p.pool.num_blocks < c.blocks_per_request and failure is None:
         failure = "kv_too_small_for_max_model_len"
-        est = pool_.num_blocks * a.block_size if not lay.hybrid else pool_.tokens
+        est = p.pool.num_blocks * a.block_size if not c.layout.hybrid else p.pool.tokens
         reasons.append(
-            f"KV cache: one {a.max_model_len:,}-token request needs {request_bytes / GiB:.2f} GiB, the pool has "
-            f"{pool_.pool_bytes / GiB:.2f} GiB (about {est:,} tokens)"
+            f"KV cache: one {a.max_model_len:,}-token request needs {c.request_bytes / GiB:.2f} GiB, the pool has "
+            f"{p.pool.pool_bytes / GiB:.2f} GiB (about {est:,} tokens)"
         )
-    if failure is None and req.users > max_users and request_bytes:
+    if failure is None and req.users > p.max_users and c.request_bytes:
         failure = "users_do_not_fit"
-        need, have = req.users * request_bytes, max(room, 0)
+        need, have = req.users * c.request_bytes, max(p.room_bytes, 0)
         reasons.append(
             f"KV cache: {units.users(req.users)} × {a.max_model_len:,} tokens need {need / GiB:.2f} GiB; after "
             + ("the OS reserve, " if reserve else "")
             + f"weights, overhead and activation the machine has {have / GiB:.2f} GiB: short "
-            f"{(need - have) / GiB:.2f} GiB (at most {max_users} users)"
+            f"{(need - have) / GiB:.2f} GiB (at most {p.max_users} users)"
         )
-    if failure is None and lay.groups and pool_.max_concurrency < req.users:
+    if failure is None and c.layout.groups and p.pool.max_concurrency < req.users:
         failure = "users_do_not_fit"
-        short = kv_need - pool_.pool_bytes
+        short = b.kv_need_bytes - p.pool.pool_bytes
         reasons.append(
-            f"KV cache: {units.users(req.users)} × {a.max_model_len:,} tokens need {kv_need / GiB:.2f} GiB, the pool "
-            "holds "
-            f"{pool_.pool_bytes / GiB:.2f} GiB ({pool_.max_concurrency:.2f} requests), short {short / GiB:.2f} GiB"
+            f"KV cache: {units.users(req.users)} × {a.max_model_len:,} tokens need {b.kv_need_bytes / GiB:.2f} GiB, "
+            "the pool holds "
+            f"{p.pool.pool_bytes / GiB:.2f} GiB ({p.pool.max_concurrency:.2f} requests), short {short / GiB:.2f} GiB"
         )
+    return failure
+
+
+def _memory_failure(
+    req: PlanRequest, b: RankBuckets, p: RankPool, failure: str | None, reasons: list[str]
+) -> str | None:
+    """`failure`, else the first of: vLLM's start-up check, the OS reserve (unified) or the GPU's memory (discrete),
+    an explicit KV size past the machine."""
+    a, T, reserve, requested = req.args, b.total_bytes, b.os_reserve_bytes, p.requested_bytes
     if req.free_bytes is not None and requested > req.free_bytes:
         failure = failure or "insufficient_free_memory"
         reasons.append(
-            f"start-up check: vLLM asks for {requested / GiB:.2f} GiB ({util} × {T / GiB:.2f}) but only "
+            f"start-up check: vLLM asks for {requested / GiB:.2f} GiB ({p.utilization} × {T / GiB:.2f}) but only "
             f"{req.free_bytes / GiB:.2f} GiB is {'available' if req.unified else 'free'} now"
         )
-    held = (requested + outside) * sharing
-    if req.unified and held > T - reserve:
+    if req.unified and p.held_bytes > T - reserve:
         failure = failure or "eats_os_reserve"
         who = (
-            f"{sharing} CPU workers (tensor parallel) would each claim {requested / GiB:.2f} GiB: "
-            if sharing > 1
+            f"{b.sharing} CPU workers (tensor parallel) would each claim {requested / GiB:.2f} GiB: "
+            if b.sharing > 1
             else ""
         )
         reasons.append(
-            f"OS reserve: {who}vLLM would hold {held / GiB:.2f} GiB of {T / GiB:.2f} GiB, leaving "
-            f"{(T - held) / GiB:.2f} GiB for the OS (want {reserve / GiB:.1f})"
+            f"OS reserve: {who}vLLM would hold {p.held_bytes / GiB:.2f} GiB of {T / GiB:.2f} GiB, leaving "
+            f"{(T - p.held_bytes) / GiB:.2f} GiB for the OS (want {reserve / GiB:.1f})"
         )
-    elif not req.unified and a.platform == "cuda" and requested + outside > T:
+    elif not req.unified and a.platform == "cuda" and requested + b.outside_bytes > T:
         failure = failure or "cuda_oom"
         reasons.append(
             f"GPU memory: the budget {requested / GiB:.2f} GiB + CUDA context"
-            + (" + CUDA graphs (captured outside the budget in this version)" if graphs_outside else "")
-            + f" = {(requested + outside) / GiB:.2f} GiB exceeds {T / GiB:.2f} GiB"
+            + (" + CUDA graphs (captured outside the budget in this version)" if b.graphs_outside else "")
+            + f" = {(requested + b.outside_bytes) / GiB:.2f} GiB exceeds {T / GiB:.2f} GiB"
         )
     kv_fixed = a.kv_cache_memory_bytes
-    if kv_fixed is not None and non_kv_in_budget + kv_fixed + outside > T - reserve:
+    if kv_fixed is not None and b.non_kv_in_budget + kv_fixed + b.outside_bytes > T - reserve:
         # an explicit pool is not bounded by a utilization: vLLM allocates it whatever the machine has
         failure = failure or "kv_cache_memory_too_large"
         reasons.append(
-            f"--kv-cache-memory-bytes: {kv_fixed / GiB:,.2f} GiB of KV cache + {non_kv_in_budget / GiB:.2f} GiB of "
+            f"--kv-cache-memory-bytes: {kv_fixed / GiB:,.2f} GiB of KV cache + {b.non_kv_in_budget / GiB:.2f} GiB of "
             f"weights, activation and overhead exceed the {(T - reserve) / GiB:.2f} GiB this machine has"
             + (f" ({reserve / GiB:.1f} GiB kept for the OS)" if reserve else "")
         )
-    fits = failure is None
-    if not fits:
-        fixes = _fixes(req, pool_, request_bytes, available, util)
+    return failure
 
+
+def rank_prediction(req: PlanRequest, cache: RankCache, b: RankBuckets, util: float, why: str) -> Prediction:
+    """One rank's pool at `util` and the verdict: whether vLLM starts and the users fit, why not, and fixes."""
+    p = rank_pool(req, cache, b, util, why)
+    reasons: list[str] = []
+    failure = _memory_failure(req, b, p, _kv_failure(req, cache, b, p, reasons), reasons)
+    fixes = [] if failure is None else _fixes(req, b.weights_bytes, p.pool)
     buckets = {
-        "weights": req.weights_bytes,
-        "kv_cache": kv_need,
-        "activation": act.peak,
-        "overhead": overhead + reserve,
+        "weights": b.weights_bytes,
+        "kv_cache": b.kv_need_bytes,
+        "activation": b.activation.peak,
+        "overhead": b.overhead_bytes + b.os_reserve_bytes,
     }
     return Prediction(
-        total_bytes=T,
-        requested_bytes=requested,
-        weights_bytes=req.weights_bytes,
+        total_bytes=b.total_bytes,
+        requested_bytes=p.requested_bytes,
+        weights_bytes=b.weights_bytes,
         kv_bytes_per_token=req.kv_bytes_per_token,
-        kv_need_bytes=kv_need,
-        activation_peak_bytes=act.peak,
-        non_torch_bytes=non_torch,
-        cudagraph_bytes=graphs,
-        context_bytes=context,
-        os_reserve_bytes=reserve,
-        overhead_bytes=overhead,
-        available_kv_bytes=available,
-        layout=lay,
-        pool=pool_,
-        max_users=int(max_users),
-        gpu_memory_utilization=util,
-        util_reason=why,
-        fits=fits,
+        kv_need_bytes=b.kv_need_bytes,
+        activation_peak_bytes=b.activation.peak,
+        non_torch_bytes=b.non_torch_bytes,
+        cudagraph_bytes=b.cudagraph_bytes,
+        context_bytes=b.context_bytes,
+        os_reserve_bytes=b.os_reserve_bytes,
+        overhead_bytes=b.overhead_bytes,
+        available_kv_bytes=p.available_bytes,
+        layout=cache.layout,
+        pool=p.pool,
+        max_users=p.max_users,
+        gpu_memory_utilization=p.utilization,
+        util_reason=p.reason,
+        fits=failure is None,
         reasons=tuple(reasons),
         fixes=tuple(fixes),
         failure=failure,
-        activation=act,
-        args=a,
-        biggest_bucket=max(buckets, key=lambda b: buckets[b]),
-        notes=tuple(notes),
-        state_bytes_per_request=state_raw,
-        state_request_bytes=state_charged,
-        state_need_bytes=req.users * state_charged,
-        room_bytes=room,
-        held_bytes=held,
+        activation=b.activation,
+        args=req.args,
+        biggest_bucket=max(buckets, key=lambda k: buckets[k]),
+        notes=b.notes,
+        state_bytes_per_request=cache.state_bytes,
+        state_request_bytes=cache.state_request_bytes,
+        state_need_bytes=req.users * cache.state_request_bytes,
+        room_bytes=p.room_bytes,
+        held_bytes=p.held_bytes,
     )
+
+
+def predict(req: PlanRequest) -> Prediction:
+    """Every bucket for one rank, vLLM's pool at the utilization given (or chosen), and whether it fits."""
+    a = req.args
+    lay, ctx = (
+        (req.kv_layout, a.context())
+        if req.kv_layout is not None
+        else rank_layout(req.shape, a, req.pp_rank, req.drafter)
+    )
+    cache = rank_cache(lay, ctx)
+    b = rank_buckets(req, cache)
+    return rank_prediction(req, cache, b, *choose_utilization(req, cache, b))
 
 
 def rank_layers(
@@ -781,7 +914,7 @@ def rank_layers(
 
 def layout_inputs(s: Model, a: EngineArgs) -> tuple[object, ...]:
     """The engine settings rank_layout reads (beyond the model, the drafter and the rank): a key for reusing its
-    result (planning.reusing). max_model_len sizes a state block only for attention-free models without prefix
+    result (PlanCache). max_model_len sizes a state block only for attention-free models without prefix
     caching."""
     attention_free = s.mixer_kinds <= STATE_KINDS
     length = a.max_model_len if attention_free and a.mamba_cache_mode == "none" else 0
@@ -825,7 +958,8 @@ def state_bytes_per_request(lay: vp.KVLayout, ctx: Context) -> tuple[int, int]:
     return raw, charged * lay.bytes_per_block
 
 
-def _fixes(req: PlanRequest, pool_: vp.Pool, request_bytes: int, available: int, util: float) -> list[str]:
+def _fixes(req: PlanRequest, weights_bytes: int, pool_: vp.Pool) -> list[str]:
+    """What would make the plan fit, most specific first."""
     a = req.args
     fixes: list[str] = []
     elem, _ = kv_element_bytes(a.kv_cache_dtype, req.shape.torch_dtype)
@@ -838,7 +972,7 @@ def _fixes(req: PlanRequest, pool_: vp.Pool, request_bytes: int, available: int,
             fixes.append(f"--max-model-len {fitting} fits {units.users(req.users)}")
     if req.users > 1 and pool_.max_concurrency >= 1:
         fixes.append(f"--users {int(pool_.max_concurrency)} fits at this context")
-    if req.weights_bytes > 0.5 * req.total_bytes:
+    if weights_bytes > 0.5 * req.total_bytes:
         fixes.append("a smaller format (fp8 halves bf16 weights; awq / q4_k_m quarter them)")
     if a.platform == "cuda" and req.unified:  # one GPU per box: a second rank is a second Spark
         if a.tensor_parallel_size * a.pipeline_parallel_size == 1:

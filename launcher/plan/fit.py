@@ -25,10 +25,12 @@ from launcher.common.units import GiB, last_true
 from launcher.model.arch.model import Model
 from launcher.model.formats import FormatSpec
 from launcher.model.kv import checkpoint_kv_dtype, kv_per_token
-from launcher.plan import decode, planning
+from launcher.plan import decode
+from launcher.plan.cache import PlanCache
 from launcher.plan.machines import Machine
 from launcher.plan.planning import Plan, make_plan
 from launcher.plan.profiles import Profile
+from launcher.plan.verdict import known_gpus
 from launcher.vllm import pool as vp
 from launcher.vllm import quant
 from launcher.vllm import versions as V
@@ -363,10 +365,11 @@ def speculative_choices(shape: Model, pinned: tuple[tuple[str, Any], ...] | None
 class _Planner:
     """Plans of one base profile with options applied, each made once."""
 
-    def __init__(self, base: Profile, use_calibration: bool, detect: bool = False) -> None:
+    def __init__(self, base: Profile, use_calibration: bool, detect: bool = False, cache: PlanCache | None = None):
         self.base = base
         self.use_calibration = use_calibration
         self.detect = detect
+        self.cache = PlanCache() if cache is None else cache
         self.profiles: dict[Option, Profile] = {}
         self.plans: dict[tuple[Option, int, int], Plan] = {}
 
@@ -379,7 +382,7 @@ class _Planner:
         key = (o, length, users)
         if key not in self.plans:
             p = dataclasses.replace(self.profile(o), max_model_len=length, users=users)
-            self.plans[key] = make_plan(p, use_calibration=self.use_calibration, detect=self.detect)
+            self.plans[key] = make_plan(p, use_calibration=self.use_calibration, detect=self.detect, cache=self.cache)
         return self.plans[key]
 
 
@@ -482,24 +485,30 @@ def binding_bucket(plan: Plan) -> str | None:
     }.get(p.failure, per_user)
 
 
-def decode_ceiling(plan: Plan, users: int, bandwidth: int | None) -> decode.DecodeCeiling | None:
+def decode_ceiling(
+    plan: Plan, users: int, bandwidth: int | None, cache: PlanCache | None = None
+) -> decode.DecodeCeiling | None:
+    """The decode speed a row's memory bandwidth allows at most (None without a bandwidth figure)."""
     if not bandwidth:
         return None
+    from launcher.plan.layers import kv_geometry, tensor_bytes
+
+    cache = PlanCache() if cache is None else cache
     shape, a = plan.shape, plan.prediction.args
-    ts, sizes = planning.tensor_bytes_of(plan)
+    ts, sizes = tensor_bytes(shape, plan.spec, cache)
     mtp = a.speculative_method == "mtp"
-    weights = planning.reused(
+    weights = cache.get(
         ("active_weights", id(shape), plan.spec, mtp),
         lambda: decode.active_weight_bytes(shape, ts, sizes, mtp=mtp),
         shape,
     )
-    kv = planning.kv_geometry(plan)
+    kv = kv_geometry(shape, a.kv_cache_dtype, a.tensor_parallel_size, cache)
     state = plan.prediction.state_bytes_per_request * a.pipeline_parallel_size  # every stage's state layers
-    cache = decode.cache_read_bytes(kv, a.max_model_len, state)
+    cache_bytes = decode.cache_read_bytes(kv, a.max_model_len, state)
     spec = a.num_speculative_tokens if a.speculative_method == "mtp" else 0
     return decode.ceiling(
         weights_bytes=weights,
-        cache_bytes_per_user=cache,
+        cache_bytes_per_user=cache_bytes,
         users=users,
         tensor_parallel_size=a.tensor_parallel_size,
         bandwidth_bytes_per_s=bandwidth,
@@ -536,7 +545,7 @@ def _row(planner: _Planner, machine: Machine, o: Option, target: Target, top: in
         max_users=p.max_users,
         max_context=by_users.get(users, 0),
         max_context_by_users=by_users,
-        decode=decode_ceiling(plan, users, bandwidth),
+        decode=decode_ceiling(plan, users, bandwidth, planner.cache),
         headroom_bytes=p.total_bytes - p.plan_total_bytes,
         binding_bucket=binding_bucket(plan),
         needs_checkpoint=_format_refused(plan),
@@ -600,58 +609,28 @@ def search(
     """Every option on every machine, planned and ranked; the first row of each machine is marked chosen.
     `detect`: the launch's python may be run to read its vLLM version (--detect-version)."""
     started = time.perf_counter()
-    pinned = pinned or {}
+    search = _Search(target, gpus, max_nodes, formats_allowed, pinned or {}, bandwidth_gbs, use_calibration, detect)
     rows: list[Row] = []
     machine_list: list[Machine] = []
     notes: list[str] = []
     first: Plan | None = None
-    options = 0
-    plans = 0
-    with planning.reusing():
-        for i, name in enumerate(dict.fromkeys(machines)):
-            prof = base if i == 0 else base.with_overrides(machine=name, gpu_memory_gib=None)
-            planner = _Planner(prof, use_calibration, detect)
-            probe = make_plan(
-                dataclasses.replace(prof, max_model_len=target.context, users=target.users or 1), detect=detect
-            )
-            first = first or probe
-            machine, shape = probe.machine, probe.shape
-            machine_list.append(machine)
-            top = max(target.context or 0, _model_context(probe))  # longest contexts are searched up to here
-            wanted = formats_allowed or ((pinned["quantization"],) if pinned.get("quantization") else ())
-            version = probe.prediction.args.version
-            fmts = format_choices(shape, probe.stored, machine, version, tuple(x.strip().lower() for x in wanted))
-            tp_pp = (
-                (int(pinned.get("tensor_parallel_size") or 1), int(pinned.get("pipeline_parallel_size") or 1))
-                if pinned.get("tensor_parallel_size") or pinned.get("pipeline_parallel_size")
-                else None
-            )
-            box_gpus = gpus or planning.known_gpus(machine, probe.reading) or 1
-            layouts = layout_choices(shape, machine, box_gpus, max_nodes, prof, tp_pp)
-            spec_pin = tuple(prof.speculative_config) if pinned.get("speculative_config") else None
-            seqs: list[int | None] = [pinned["max_num_seqs"]] if pinned.get("max_num_seqs") else [None]
-            default_seqs = probe.prediction.args.max_num_seqs
-            if not pinned.get("max_num_seqs") and target.users is not None and target.users < default_seqs:
-                seqs.append(target.users)  # a smaller sampler warm-up: vLLM then runs at most that many at once
-            bw = round(bandwidth_gbs * 10**9) if bandwidth_gbs else machine.bandwidth_bytes_per_s
-            if not bw:
-                notes.append(f"{machine.name}: no memory bandwidth figure; --memory-bandwidth-gbs gives one")
-            choices = [
-                Option(fmt, own, kv, tp, pp, nodes, spec, mns)
-                for fmt, own in fmts
-                for kv in kv_choices(shape, pinned.get("kv_cache_dtype"))
-                for tp, pp, nodes in layouts
-                for spec in speculative_choices(shape, spec_pin)
-                for mns in seqs
-            ]
-            machine_rows = without_idle_seqs([_row(planner, machine, o, target, top, bw) for o in choices])
-            options += len(machine_rows)
-            plans += len(planner.plans)
-            machine_rows.sort(key=lambda r: rank_key(r, target.mode))
-            rows += [
-                dataclasses.replace(r, rank=len(rows) + j + 1, chosen=j == 0 and r.fits)
-                for j, r in enumerate(machine_rows)
-            ]
+    options = plans = 0
+    cache = PlanCache()  # the model's work, shared by every plan of the search
+    for i, name in enumerate(dict.fromkeys(machines)):
+        prof = base if i == 0 else base.with_overrides(machine=name, gpu_memory_gib=None)
+        planner = _Planner(prof, use_calibration, detect, cache)
+        probe = make_plan(
+            dataclasses.replace(prof, max_model_len=target.context, users=target.users or 1), detect=detect, cache=cache
+        )
+        first = first or probe
+        machine_list.append(probe.machine)
+        machine_rows = _machine_rows(search, planner, probe, notes)
+        options += len(machine_rows)
+        plans += len(planner.plans)
+        machine_rows.sort(key=lambda r: rank_key(r, target.mode))
+        rows += [
+            dataclasses.replace(r, rank=len(rows) + j + 1, chosen=j == 0 and r.fits) for j, r in enumerate(machine_rows)
+        ]
     if first is None:
         raise VlaunchError("fit needs a machine")
     found = first.version_found
@@ -670,6 +649,54 @@ def search(
         seconds=time.perf_counter() - started,
         notes=tuple(notes),
     )
+
+
+@dataclass(frozen=True)
+class _Search:
+    """What a search was asked, besides the base profile and the machines."""
+
+    target: Target
+    gpus: int | None
+    max_nodes: int
+    formats_allowed: tuple[str, ...] | None
+    pinned: dict[str, Any]
+    bandwidth_gbs: float | None
+    use_calibration: bool
+    detect: bool
+
+
+def _machine_rows(search: _Search, planner: _Planner, probe: Plan, notes: list[str]) -> list[Row]:
+    """Every option on the probe's machine, each a row (rows that repeat vLLM's max_num_seqs left out)."""
+    pinned, target, prof = search.pinned, search.target, planner.base
+    machine, shape = probe.machine, probe.shape
+    top = max(target.context or 0, _model_context(probe))  # longest contexts are searched up to here
+    wanted = search.formats_allowed or ((pinned["quantization"],) if pinned.get("quantization") else ())
+    version = probe.prediction.args.version
+    fmts = format_choices(shape, probe.stored, machine, version, tuple(x.strip().lower() for x in wanted))
+    tp_pp = (
+        (int(pinned.get("tensor_parallel_size") or 1), int(pinned.get("pipeline_parallel_size") or 1))
+        if pinned.get("tensor_parallel_size") or pinned.get("pipeline_parallel_size")
+        else None
+    )
+    box_gpus = search.gpus or known_gpus(machine, probe.reading) or 1
+    layouts = layout_choices(shape, machine, box_gpus, search.max_nodes, prof, tp_pp)
+    spec_pin = tuple(prof.speculative_config) if pinned.get("speculative_config") else None
+    seqs: list[int | None] = [pinned["max_num_seqs"]] if pinned.get("max_num_seqs") else [None]
+    default_seqs = probe.prediction.args.max_num_seqs
+    if not pinned.get("max_num_seqs") and target.users is not None and target.users < default_seqs:
+        seqs.append(target.users)  # a smaller sampler warm-up: vLLM then runs at most that many at once
+    bw = round(search.bandwidth_gbs * 10**9) if search.bandwidth_gbs else machine.bandwidth_bytes_per_s
+    if not bw:
+        notes.append(f"{machine.name}: no memory bandwidth figure; --memory-bandwidth-gbs gives one")
+    choices = [
+        Option(fmt, own, kv, tp, pp, nodes, spec, mns)
+        for fmt, own in fmts
+        for kv in kv_choices(shape, pinned.get("kv_cache_dtype"))
+        for tp, pp, nodes in layouts
+        for spec in speculative_choices(shape, spec_pin)
+        for mns in seqs
+    ]
+    return without_idle_seqs([_row(planner, machine, o, target, top, bw) for o in choices])
 
 
 def _model_context(plan: Plan) -> int:
