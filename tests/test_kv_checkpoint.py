@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from launcher.model.arch import read_config
-from launcher.model.kv import checkpoint_kv_dtype, kv_refusal
 from launcher.plan.planning import Plan, make_plan, profile_from_flags
 from launcher.vllm import pool as vp
 from launcher.vllm import versions as V
+from launcher.vllm.kvdtypes import checkpoint_kv_dtype, kv_refusal
 from launcher.vllm.specs import FullAttentionSpec, MambaSpec
 from tests.conftest import CONFIGS
 

@@ -19,11 +19,12 @@ from launcher.common.units import GiB, MiB, cdiv
 from launcher.model.arch.layers import Layer
 from launcher.model.arch.model import Model
 from launcher.model.formats import FormatSpec
-from launcher.model.kv import boundary_layers, checkpoint_kv_dtype, kv_element_bytes
+from launcher.model.kv import kv_element_bytes
 from launcher.model.params import Tensor
 from launcher.vllm import engine as ve
 from launcher.vllm import pool as vp
 from launcher.vllm import versions as V
+from launcher.vllm.kvdtypes import checkpoint_kv_dtype, kept_layers
 from launcher.vllm.specs import (
     CacheSpec,
     Context,
@@ -179,7 +180,7 @@ def engine_args(shape: Model, ask: EngineAsk) -> EngineArgs:
     mode = ve.mamba_mode(ask.mamba_cache_mode, caching, version, supports_all) if has_state else "none"
     kv_dtype = _resolve_kv_dtype(ask.kv_cache_dtype, ask.dtype, shape, version, ask.hf_quant_config)
     block = ask.block_size or ve.default_block_size(shape, ask.platform, version)
-    if boundary_layers(kv_dtype, shape, version):  # TurboQuant keeps its first and last layers in 16 bits
+    if kept_layers(kv_dtype, shape, version):  # TurboQuant keeps its first and last layers in 16 bits
         block = kept_layers_block_size(block, _dtype_bytes(ask.dtype, shape), ve.KERNEL_BLOCK[ask.platform], version)
     ssm_dtype = ask.mamba_ssm_cache_dtype
     if has_state:
@@ -278,7 +279,7 @@ def _resolve_kv_dtype(
     kv_cache_dtype: str, dtype: str, shape: Model, version: V.Version, hf_quant_config: Mapping[str, Any] | None
 ) -> str:
     """vLLM's kv_cache_dtype: what the checkpoint's quantization config sets where this version takes it
-    (kv.checkpoint_kv_dtype), else as asked; "auto" is the dtype the model is served in (fp32 only when asked)."""
+    (kvdtypes.checkpoint_kv_dtype), else as asked; "auto" is the dtype the model is served in (fp32 only when asked)."""
     ckpt = checkpoint_kv_dtype(shape, hf_quant_config, version, kv_cache_dtype)
     if ckpt is not None and ckpt.taken:
         return ckpt.dtype
@@ -926,7 +927,7 @@ def rank_layout(s: Model, a: EngineArgs, pp_rank: int = 0, drafter: Model | None
     """vLLM's blocks for one rank: every layer's spec, the hybrid block size, the groups over the whole model
     projected onto this rank's layers."""
     # TurboQuant / UltraQuant keep the first and last layers in the model's dtype
-    settings = dataclasses.replace(a.spec_settings(), kept_layers=boundary_layers(a.kv_cache_dtype, s, a.version))
+    settings = dataclasses.replace(a.spec_settings(), kept_layers=kept_layers(a.kv_cache_dtype, s, a.version))
     layers, owned = rank_layers(s, a, pp_rank, drafter)
     specs: list[CacheSpec | None] = []
     mask: list[bool] = []

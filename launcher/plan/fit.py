@@ -24,7 +24,7 @@ from launcher.common.records import dataclass
 from launcher.common.units import GiB, last_true
 from launcher.model.arch.model import Model
 from launcher.model.formats import FormatSpec
-from launcher.model.kv import checkpoint_kv_dtype, kv_per_token
+from launcher.model.kv import kv_per_token
 from launcher.plan import decode
 from launcher.plan.cache import PlanCache
 from launcher.plan.machines import Machine
@@ -34,6 +34,7 @@ from launcher.plan.verdict import known_gpus
 from launcher.vllm import pool as vp
 from launcher.vllm import quant
 from launcher.vllm import versions as V
+from launcher.vllm.kvdtypes import checkpoint_kv_dtype
 
 # Fewest quality compromises first: weights as priced (16-bit > 8-bit > 4-bit floating point > 4-bit integer), then
 # the KV cache (the model's dtype > fp8).

@@ -11,7 +11,6 @@ from typing import Any
 from launcher.common.records import dataclass
 from launcher.model import formats
 from launcher.model.arch.model import Model
-from launcher.model.kv import kv_dtype_notes, kv_refusal
 from launcher.plan import budget
 from launcher.plan.buckets import Buckets
 from launcher.plan.cache import PlanCache
@@ -21,6 +20,7 @@ from launcher.plan.ranks import Slot
 from launcher.plan.resolve import Request
 from launcher.vllm import quant
 from launcher.vllm import versions as V
+from launcher.vllm.kvdtypes import kv_dtype_notes, kv_refusal
 
 
 @dataclass(frozen=True)

@@ -201,7 +201,7 @@ class SpecSettings:
     conv_dtype: str = "auto"  # --mamba-cache-dtype
     ssm_dtype: str = "auto"  # --mamba-ssm-cache-dtype after the model's and the platform's defaults
     num_speculative_tokens: int = 0
-    kept_layers: frozenset[int] = frozenset()  # layers whose KV stays in the model's dtype (kv.boundary_layers)
+    kept_layers: frozenset[int] = frozenset()  # layers whose KV stays in the model's dtype (kvdtypes.kept_layers)
 
 
 def _dtype_bytes(name: str, model_dtype: str | None) -> int:
