@@ -212,3 +212,24 @@ def test_explain_prints_the_steps_in_order(llama: Plan, qwen_pp2: Plan) -> None:
     assert f"pool {llama.prediction.pool.num_blocks:,} blocks, {llama.prediction.pool.tokens:,} tokens" in text
     two = explain(steps_of(qwen_pp2))
     assert sum(line.startswith("   pp ") for line in two) == 2 * 3  # weights, layout, buckets: one line per stage
+
+
+def test_plan_explain_on_the_command_line() -> None:
+    """`plan --explain` prints the six steps after the plan; with --json they are an `explain` list, and a plain
+    `--json` stays as it was (no `explain` key)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from launcher.cli import main
+
+    argv = ["plan", "llama8b-32k", "--machine", "dgx-spark", "--no-calibration"]
+    text = CliRunner().invoke(main, [*argv, "--explain"])
+    assert text.exit_code == 0, text.output
+    tail = text.output.split("\nsteps:\n", 1)[1].splitlines()
+    heads = [ln.split(" (")[0] for ln in tail if ln[:1].isdigit()]
+    assert heads == ["1. request", "2. model", "3. weights per rank", "4. cache layout", "5. buckets", "6. verdict"]
+    assert "   pp 0: full_attention × 32; block 16 tokens, 2,097,152 bytes per block" in text.output  # 2·8·128·2·16·32
+    plain = json.loads(CliRunner().invoke(main, [*argv, "--json"]).output)
+    both = json.loads(CliRunner().invoke(main, [*argv, "--json", "--explain"]).output)
+    assert "explain" not in plain and both.pop("explain")[0].startswith("1. request") and both == plain

@@ -27,6 +27,12 @@ from launcher.common.errors import VlaunchError
 @click.option("--compare", metavar="M1,M2,…", help="Draw the profile on these machines too (spark,h100,rtx4090).")
 @click.option("--ascii", "ascii_bar", is_flag=True, help="Draw the memory bar in plain ASCII.")
 @click.option("--force", is_flag=True, help=FORCE_HELP)
+@click.option(
+    "--explain",
+    is_flag=True,
+    help="Also show each step of the plan in order: request, model, weights per rank, cache layout, buckets, "
+    "verdict (with --json: an `explain` list of lines).",
+)
 def plan(
     words: tuple[str, ...],
     force: bool,
@@ -36,6 +42,7 @@ def plan(
     compare: str | None,
     ascii_bar: bool,
     no_calibration: bool,
+    explain: bool,
     **flags: Any,
 ) -> None:
     """Predict the four buckets, vLLM's KV pool and a safe gpu_memory_utilization.
@@ -62,9 +69,13 @@ def plan(
         data = result.to_json()
         if compare:
             data["compare"] = [x.to_json() for x in plans]
+        if explain:
+            data["explain"] = _explained(result)
         emit_json(data)
     else:
         click.echo(render_plan(result, bar=style))
+        if explain:
+            click.echo("\nsteps:\n" + "\n".join(_explained(result)))
         if compare:
             _show_compare(plans, style)
     if html_path:
@@ -76,6 +87,13 @@ def plan(
             click.echo(f"html: {html_path}")
     if not all(x.fits for x in plans):
         sys.exit(EXIT_DOES_NOT_FIT)
+
+
+def _explained(result: Any) -> list[str]:
+    """The plan's steps, in order (launcher.plan.pipeline)."""
+    from launcher.plan.pipeline import explain
+
+    return explain(result.steps)
 
 
 def _compare_plans(main_plan: Any, names: str) -> list[Any]:
