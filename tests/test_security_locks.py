@@ -460,7 +460,8 @@ def test_w2_a_vllm_in_a_child_pid_namespace_is_not_an_orphan_here(tmp_path: Path
     """A serve in namespace B (its marker and its lock name B's pids); `stop --orphans` and `stop` in the parent
     namespace A stop neither its vLLM nor A's process with the lock's pid number."""
     inner = (
-        "import os, subprocess, time; from launcher.run import supervise as sup; from launcher.run.guard import BoxLock; "
+        "import os, subprocess, time; from launcher.run import supervise as sup; "
+        "from launcher.run.guard import BoxLock; "
         "env = {**os.environ, sup.MARKER_RUN: 'inner', sup.MARKER_PID: sup.wrapper_marker()}; "
         "p = subprocess.Popen(['bash', '-c', 'exec -a \"vllm serve inner\" sleep 300'], env=env); "
         "l = BoxLock(); l.acquire({'pid': os.getpid(), 'profile': 'inner', 'since': time.time(), 'vllm_pid': p.pid}); "
