@@ -303,10 +303,21 @@ def version_warning(plan: Plan, f: LogFacts) -> str | None:
 def compare(plan: Plan, f: LogFacts) -> Comparison:
     """Predicted vs logged for each bucket the log states; the bucket that explains most of the KV gap."""
     p = plan.prediction
-    cpu = p.args.platform == "cpu"
-    rows: list[Row] = []
     notes: list[str] = []
     moved = at_logged_total(plan, f)
+    rows = _memory_rows(plan, f, moved, notes)
+    rows += _pool_rows(p, f)
+    if p.layout.hybrid:
+        notes.append(_by_group(p))
+    explained_by, explanation = _explain_kv_gap(p, rows)
+    warning = version_warning(plan, f)
+    return Comparison(tuple(rows), explained_by, explanation, tuple(notes), (warning,) if warning else (), moved)
+
+
+def _memory_rows(plan: Plan, f: LogFacts, moved: AtLoggedTotal | None, notes: list[str]) -> list[Row]:
+    """The total memory (a note when vLLM saw another), the non-KV buckets and the available KV."""
+    p = plan.prediction
+    rows: list[Row] = []
     if f.total_memory_gib is not None:
         rows.append(Row("total_memory", _g(plan.machine.total_bytes), f.total_memory_gib, "GiB"))
         if moved is not None:
@@ -316,7 +327,7 @@ def compare(plan: Plan, f: LogFacts) -> Comparison:
                 f"vLLM saw {f.total_memory_gib} GiB of total memory; "
                 f"the plan assumed {plan.machine.total_bytes / GiB:.2f}"
             )
-    if cpu:
+    if p.args.platform == "cpu":
         rows.append(Row("non_kv (worker RSS)", _g(p.requested_bytes - p.available_kv_bytes), f.cpu_non_kv_gib, "GiB"))
     else:
         logged_w = f.model_loading_gib if f.model_loading_gib is not None else f.weights_gib
@@ -326,14 +337,19 @@ def compare(plan: Plan, f: LogFacts) -> Comparison:
         logged_cg = f.cudagraph_estimate_gib if p.args.cudagraph_in_budget else f.cudagraph_gib
         rows.append(Row("cudagraph", _g(p.cudagraph_bytes), logged_cg, "GiB"))
     rows.append(Row("available_kv", _g(p.available_kv_bytes), f.available_kv_gib, "GiB"))
-    rows.append(
+    return rows
+
+
+def _pool_rows(p: Prediction, f: LogFacts) -> list[Row]:
+    """The KV pool: tokens, blocks, concurrency, and the block size and groups when they tell something."""
+    rows = [
         Row(
             "kv_pool_tokens",
             float(p.pool.tokens),
             None if f.kv_pool_tokens is None else float(f.kv_pool_tokens),
             "tokens",
         )
-    )
+    ]
     if f.num_blocks is not None:
         rows.append(Row("num_blocks", float(p.pool.num_blocks), float(f.num_blocks), "blocks"))
     rows.append(Row("max_concurrency", round(p.pool.max_concurrency, 2), f.max_concurrency, "x"))
@@ -346,9 +362,11 @@ def compare(plan: Plan, f: LogFacts) -> Comparison:
         rows.append(Row("kv_cache_groups", float(len(lay.groups)), _opt(logged_groups), "groups"))
         logged_pad = f.padding_layers if f.padding_layers is not None else (0 if f.started else None)
         rows.append(Row("padding_layers", float(sum(lay.padding_layers)), _opt(logged_pad), "layers"))
-    if lay.hybrid:
-        notes.append(_by_group(p))
+    return rows
 
+
+def _explain_kv_gap(p: Prediction, rows: list[Row]) -> tuple[str | None, str]:
+    """The bucket whose error explains most of the available KV's, and the sentence that says so."""
     # The KV gap is the sum of the non-KV buckets' errors (with the opposite sign) and of the budget's.
     budget_rows = [r for r in rows if r.unit == "GiB" and r.bucket not in ("available_kv",) and r.delta is not None]
     kv = next(r for r in rows if r.bucket == "available_kv")
@@ -367,8 +385,7 @@ def compare(plan: Plan, f: LogFacts) -> Comparison:
             )
         else:
             explanation = f"{worst.bucket} is the largest difference ({d:+.2f} GiB)"
-    warning = version_warning(plan, f)
-    return Comparison(tuple(rows), explained_by, explanation, tuple(notes), (warning,) if warning else (), moved)
+    return explained_by, explanation
 
 
 def render_facts(f: LogFacts) -> str:

@@ -399,6 +399,21 @@ def read_gguf_tensors(path: str | Path) -> list[TensorInfo]:
 
 
 def _read_gguf(cur: _Cursor, size: int, source: str) -> list[TensorInfo]:
+    """The tensors of the GGUF file `cur` reads (`size` bytes); CheckpointError for anything malformed."""
+    tensor_count, kv_count = _read_gguf_header(cur, size, source)
+    alignment = _read_gguf_metadata(cur, kv_count, source)
+    tensors: list[TensorInfo] = []
+    offsets: list[int] = []
+    for _ in range(tensor_count):
+        tensor, offset = _read_gguf_tensor_info(cur, source)
+        tensors.append(tensor)
+        offsets.append(offset)
+    _check_gguf_data(tensors, offsets, -(-cur.offset // alignment) * alignment, size, source)
+    return tensors
+
+
+def _read_gguf_header(cur: _Cursor, size: int, source: str) -> tuple[int, int]:
+    """Magic and version (the byte order follows the version); the tensor count and the metadata count."""
     magic = cur.take(4, "magic") if size >= 4 else b""
     if magic != _GGUF_MAGIC:
         raise CheckpointError(f"bad magic {magic!r}, expected {_GGUF_MAGIC!r}: not a GGUF file", source=source)
@@ -413,7 +428,11 @@ def _read_gguf(cur: _Cursor, size: int, source: str) -> list[TensorInfo]:
         cur.endian = ">"
     tensor_count = cur.u64("tensor_count")
     kv_count = cur.u64("metadata_kv_count")
+    return tensor_count, kv_count
 
+
+def _read_gguf_metadata(cur: _Cursor, kv_count: int, source: str) -> int:
+    """Skip the metadata; the data section's alignment (general.alignment, a power of two)."""
     alignment = _GGUF_DEFAULT_ALIGNMENT
     for _ in range(kv_count):
         key = cur.string("metadata key").decode("utf-8", errors="replace")
@@ -426,44 +445,46 @@ def _read_gguf(cur: _Cursor, size: int, source: str) -> list[TensorInfo]:
                 )
         else:
             _skip_gguf_value(cur, vtype, key)
+    return alignment
 
-    tensors: list[TensorInfo] = []
-    offsets: list[int] = []
-    for _ in range(tensor_count):
-        raw_name = cur.string("tensor name")
-        try:
-            name = raw_name.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise CheckpointError(f"tensor name is not UTF-8: {raw_name[:64]!r}", source=source) from e
-        n_dims = cur.u32(f"tensor {name!r}")
-        dims = [cur.u64(f"tensor {name!r}") for _ in range(n_dims)]
-        type_id = cur.u32(f"tensor {name!r}")
-        offsets.append(cur.u64(f"tensor {name!r}"))
-        ggml = GGML_TYPES.get(type_id)
-        if ggml is None:
-            raise CheckpointError(f"unknown GGML type id {type_id}", source=source, field=name)
-        type_name, block, type_size = ggml
-        # ggml quantizes along rows: the innermost dimension (listed first) must hold whole blocks.
-        if dims and dims[0] % block:
-            raise CheckpointError(
-                f"{type_name} rows of {dims[0]} elements are not a multiple of its block size {block}",
-                source=source,
-                field=name,
-            )
-        numel = _prod(tuple(dims))
-        if numel % block:
-            raise CheckpointError(
-                f"{numel} elements is not a multiple of the {type_name} block size {block}",
-                source=source,
-                field=name,
-            )
-        # GGUF lists dimensions innermost first (ggml's ne[0] is the contiguous one); reversed here
-        # to the row-major order safetensors and PyTorch use, outermost first.
-        tensors.append(
-            TensorInfo(name=name, dtype=type_name, shape=tuple(reversed(dims)), nbytes=numel // block * type_size)
+
+def _read_gguf_tensor_info(cur: _Cursor, source: str) -> tuple[TensorInfo, int]:
+    """One entry of the tensor-info table: the tensor and its offset in the data section."""
+    raw_name = cur.string("tensor name")
+    try:
+        name = raw_name.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CheckpointError(f"tensor name is not UTF-8: {raw_name[:64]!r}", source=source) from e
+    n_dims = cur.u32(f"tensor {name!r}")
+    dims = [cur.u64(f"tensor {name!r}") for _ in range(n_dims)]
+    type_id = cur.u32(f"tensor {name!r}")
+    offset = cur.u64(f"tensor {name!r}")
+    ggml = GGML_TYPES.get(type_id)
+    if ggml is None:
+        raise CheckpointError(f"unknown GGML type id {type_id}", source=source, field=name)
+    type_name, block, type_size = ggml
+    # ggml quantizes along rows: the innermost dimension (listed first) must hold whole blocks.
+    if dims and dims[0] % block:
+        raise CheckpointError(
+            f"{type_name} rows of {dims[0]} elements are not a multiple of its block size {block}",
+            source=source,
+            field=name,
         )
+    numel = _prod(tuple(dims))
+    if numel % block:
+        raise CheckpointError(
+            f"{numel} elements is not a multiple of the {type_name} block size {block}",
+            source=source,
+            field=name,
+        )
+    # GGUF lists dimensions innermost first (ggml's ne[0] is the contiguous one); reversed here
+    # to the row-major order safetensors and PyTorch use, outermost first.
+    tensor = TensorInfo(name=name, dtype=type_name, shape=tuple(reversed(dims)), nbytes=numel // block * type_size)
+    return tensor, offset
 
-    data_start = -(-cur.offset // alignment) * alignment
+
+def _check_gguf_data(tensors: list[TensorInfo], offsets: list[int], data_start: int, size: int, source: str) -> None:
+    """Every tensor's data lies inside the file's data section (from `data_start` to the end)."""
     data_size = size - data_start
     for t, offset in zip(tensors, offsets, strict=True):
         if offset + t.nbytes > data_size:
@@ -473,7 +494,6 @@ def _read_gguf(cur: _Cursor, size: int, source: str) -> list[TensorInfo]:
                 source=source,
                 field=t.name,
             )
-    return tensors
 
 
 # ------------------------------------------------------------------------------------------ find_checkpoint

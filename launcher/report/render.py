@@ -16,6 +16,7 @@ from launcher.vllm.specs import MambaSpec
 if TYPE_CHECKING:
     from launcher.plan.fit import Fit
     from launcher.plan.fit import Row as FitRow
+    from launcher.plan.machines import Machine
 
 
 def _g(b: int | float) -> str:
@@ -112,10 +113,34 @@ def _state_blocks(p: Prediction) -> int:
 
 def render_plan(plan: Plan, *, bar: BarStyle | None = "ascii") -> str:
     """The plan as text; `bar` adds the memory bar under the bucket table (None: no bar)."""
-    p, prof, m = plan.prediction, plan.profile, plan.machine
-    a = p.args
+    p, m = plan.prediction, plan.machine
+    lines = _plan_head(plan)
+    rows = _bucket_rows(plan)
+    biggest = {"weights": "weights", "kv_cache": "KV cache", "activation": "activation", "overhead": "overhead"}[
+        p.biggest_bucket
+    ]
+    for name, b, why in rows:
+        mark = " ◀ biggest" if name == biggest else ""
+        lines.append(f"  {name:<16}{_g(b)}   {why}{mark}")
+    lines.append(f"  {'total':<16}{_g(p.plan_total_bytes)}   of {m.total_bytes / GiB:.2f}")
+    if bar is not None:
+        lines.append("")
+        lines += memory_bar([(name, b) for name, b, _ in rows], m.total_bytes, bar)
+    lines.append("")
+    lines += _pool_lines(plan)
+    lines.append("")
+    lines += _verdict_lines(plan)
+    lines.append("")
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in plan.shown_env.items())
+    lines.append("command: " + (env + " " if env else "") + shlex.join(plan.shown_argv))
+    return "\n".join(lines)
+
+
+def _plan_head(plan: Plan) -> list[str]:
+    """The profile, machine and vLLM in two lines, then the bucket table's header."""
+    prof, m, a = plan.profile, plan.machine, plan.prediction.args
     kind = "unified memory" if m.unified else f"{m.gpus} GPU(s)" if m.gpus > 1 else "per GPU"
-    lines = [
+    return [
         f"{prof.name}: {prof.model} on {m.name} ({m.total_bytes / GiB:.2f} GiB, {kind}), "
         f"vLLM {V.fmt_version(a.version)} ({a.engine}, {a.platform})",
         f"  {plan.spec.describe()}, max_model_len {a.max_model_len:,}, {units.users(prof.users)}, "
@@ -125,6 +150,12 @@ def render_plan(plan: Plan, *, bar: BarStyle | None = "ascii") -> str:
         "",
         "  bucket                 GiB",
     ]
+
+
+def _bucket_rows(plan: Plan) -> list[tuple[str, int, str]]:
+    """The bucket table: (name, bytes, what it holds), the OS reserve first when the plan keeps one."""
+    p, prof = plan.prediction, plan.profile
+    a = p.args
     per_tok = p.kv_bytes_per_token
     rows = []
     if p.os_reserve_bytes:
@@ -160,21 +191,17 @@ def render_plan(plan: Plan, *, bar: BarStyle | None = "ascii") -> str:
             f"CUDA context {p.context_bytes / GiB:.2f}",
         ),
     ]
-    biggest = {"weights": "weights", "kv_cache": "KV cache", "activation": "activation", "overhead": "overhead"}[
-        p.biggest_bucket
-    ]
-    for name, b, why in rows:
-        mark = " ◀ biggest" if name == biggest else ""
-        lines.append(f"  {name:<16}{_g(b)}   {why}{mark}")
-    lines.append(f"  {'total':<16}{_g(p.plan_total_bytes)}   of {m.total_bytes / GiB:.2f}")
-    if bar is not None:
-        lines.append("")
-        lines += memory_bar([(name, b) for name, b, _ in rows], m.total_bytes, bar)
-    lines.append("")
-    lines.append(
+    return rows
+
+
+def _pool_lines(plan: Plan) -> list[str]:
+    """What vLLM claims, the KV pool it makes of it, the bottleneck rank and the plan's notes."""
+    p = plan.prediction
+    a, lay = p.args, p.layout
+    lines = [
         f"  gpu_memory_utilization {p.gpu_memory_utilization:.2f} → vLLM claims {p.requested_bytes / GiB:.2f} GiB; "
         f"{p.util_reason}"
-    )
+    ]
     lines += _hybrid_lines(plan)
     if lay.groups:
         lines.append(
@@ -195,22 +222,24 @@ def render_plan(plan: Plan, *, bar: BarStyle | None = "ascii") -> str:
         )
     for n in p.notes:
         lines.append(f"  note: {n}")
-    lines.append("")
-    if plan.fits and not lay.groups:
-        lines.append(f"fits: yes — no KV pool; weights, activation and overhead fit in {m.total_bytes / GiB:.2f} GiB")
-    elif plan.fits:
-        lines.append(f"fits: yes — {units.users(prof.users)} × {a.max_model_len:,} tokens, pool for "
-                     f"{p.pool.max_concurrency:.2f}")  # fmt: skip
-    else:
-        lines.append("fits: NO")
-        for r in ([plan.invalid] if plan.invalid else []) + list(p.reasons):
-            lines.append(f"  - {r}")
-        if p.fixes:
-            lines.append("  cheapest fixes: " + "; ".join(p.fixes))
-    lines.append("")
-    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in plan.shown_env.items())
-    lines.append("command: " + (env + " " if env else "") + shlex.join(plan.shown_argv))
-    return "\n".join(lines)
+    return lines
+
+
+def _verdict_lines(plan: Plan) -> list[str]:
+    """fits: yes (and for what), or NO with the reasons and the cheapest fixes."""
+    p, prof, m = plan.prediction, plan.profile, plan.machine
+    a = p.args
+    if plan.fits and not p.layout.groups:
+        return [f"fits: yes — no KV pool; weights, activation and overhead fit in {m.total_bytes / GiB:.2f} GiB"]
+    if plan.fits:
+        return [f"fits: yes — {units.users(prof.users)} × {a.max_model_len:,} tokens, pool for "
+                f"{p.pool.max_concurrency:.2f}"]  # fmt: skip
+    lines = ["fits: NO"]
+    for r in ([plan.invalid] if plan.invalid else []) + list(p.reasons):
+        lines.append(f"  - {r}")
+    if p.fixes:
+        lines.append("  cheapest fixes: " + "; ".join(p.fixes))
+    return lines
 
 
 # --- vlaunch fit ------------------------------------------------------------------------------------------------
@@ -274,51 +303,14 @@ def render_fit(fit: Fit, *, top: int | None = 12) -> str:
             "KV/user", "binds", "util", "OS left", "max users"]  # fmt: skip
     head += ["ctx@1", "ctx@4", "ctx@16"] if by_users else ["max ctx"]
     head.append("tok/s≤")
-    want = (
-        f"{units.users(t.users)} × {t.context:,} tokens"
-        if t.users is not None and t.context is not None
-        else f"{units.users(t.users)} at the longest context that fits"
-        if t.users is not None
-        else f"one user at {t.context:,} tokens; max users and the longest context for 1, 4, 16 users"
-        if t.context is not None
-        else f"the model's context ({fit.model_context:,}); max users and the longest context for 1, 4, 16 users"
-    )
     lines = [
         f"{fit.model} ({fit.model_type}, {fit.checkpoint_format} checkpoint, context {fit.model_context:,}), "
         f"vLLM {fit.vllm_version} ({fit.vllm_version_source})",
-        f"target: {want}",
+        f"target: {_fit_want(fit)}",
         f"searched {fit.options} options with {fit.plans} plans in {fit.seconds:.2f} s",
     ]
-    right = {0, 7, 8, 10, 11, 13, 14, 15, 16, 17, 18, 19}
     for m in fit.machines:
-        rows = [r for r in fit.rows if r.machine == m.name]
-        shown = rows if top is None else rows[:top]
-        bw = f", {m.bandwidth_bytes_per_s / 1e9:,.0f} GB/s" if m.bandwidth_bytes_per_s else ""
-        kind = "unified" if m.unified else "per GPU"
-        lines += ["", f"{m.name} ({m.total_bytes / GiB:.2f} GiB {kind}{bw}): {len(rows)} options, "
-                  f"{sum(r.fits for r in rows)} fit"]  # fmt: skip
-        table = [head] + [_fit_cells(r, by_users) for r in shown]
-        widths = [max(len(row[i]) for row in table) for i in range(len(head))]
-        for row in table:
-            cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
-            lines.append("  " + "  ".join(cells).rstrip())
-        if len(shown) < len(rows):
-            lines.append(f"  … {len(rows) - len(shown)} more (--all, or --json for every row)")
-        why: dict[str, list[int]] = {}
-        for r in shown:
-            reasons = ([r.plan.invalid] if r.plan.invalid else []) + list(r.plan.prediction.reasons)
-            if not r.fits and reasons:
-                why.setdefault(reasons[0], []).append(r.rank)
-        for reason, ranks in why.items():
-            lines.append(f"  {_ranks(ranks)}: {reason}")
-        best = next((r for r in rows if r.chosen), None)
-        if best is not None:
-            flags = " ".join(shlex.quote(f) for f in best.to_json()["flags"])
-            nodes = " (with nodes: write it as a profile)" if best.option.nodes > 1 else ""
-            command = f"vlaunch plan --model {shlex.quote(fit.model)} --machine {m.name} {flags}"
-            lines.append(f"  chosen #{best.rank}: {command}{nodes}")
-        elif rows:
-            lines.append("  nothing fits: the reasons above say which bucket and by how much")
+        lines += _fit_machine_lines(fit, m, head, top)
     lines += [
         "",
         "GiB per GPU. weights: † a checkpoint in that format is needed (vLLM makes only fp8 and its online "
@@ -331,3 +323,56 @@ def render_fit(fit: Fit, *, top: int | None = 12) -> str:
     ]
     lines += [f"note: {n}" for n in fit.notes]
     return "\n".join(lines)
+
+
+def _fit_want(fit: Fit) -> str:
+    """The target the fit searched for, in words."""
+    t = fit.target
+    return (
+        f"{units.users(t.users)} × {t.context:,} tokens"
+        if t.users is not None and t.context is not None
+        else f"{units.users(t.users)} at the longest context that fits"
+        if t.users is not None
+        else f"one user at {t.context:,} tokens; max users and the longest context for 1, 4, 16 users"
+        if t.context is not None
+        else f"the model's context ({fit.model_context:,}); max users and the longest context for 1, 4, 16 users"
+    )
+
+
+_FIT_RIGHT = {0, 7, 8, 10, 11, 13, 14, 15, 16, 17, 18, 19}  # the fit table's columns aligned right
+
+
+def _fit_machine_lines(fit: Fit, m: Machine, head: list[str], top: int | None) -> list[str]:
+    """One machine's table (its first `top` rows), why rows do not fit, and the chosen row's command."""
+    by_users = fit.target.users is None
+    rows = [r for r in fit.rows if r.machine == m.name]
+    shown = rows if top is None else rows[:top]
+    bw = f", {m.bandwidth_bytes_per_s / 1e9:,.0f} GB/s" if m.bandwidth_bytes_per_s else ""
+    kind = "unified" if m.unified else "per GPU"
+    lines = ["", f"{m.name} ({m.total_bytes / GiB:.2f} GiB {kind}{bw}): {len(rows)} options, "
+             f"{sum(r.fits for r in rows)} fit"]  # fmt: skip
+    table = [head] + [_fit_cells(r, by_users) for r in shown]
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    for row in table:
+        cells = [
+            c.rjust(w) if i in _FIT_RIGHT else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  " + "  ".join(cells).rstrip())
+    if len(shown) < len(rows):
+        lines.append(f"  … {len(rows) - len(shown)} more (--all, or --json for every row)")
+    why: dict[str, list[int]] = {}
+    for r in shown:
+        reasons = ([r.plan.invalid] if r.plan.invalid else []) + list(r.plan.prediction.reasons)
+        if not r.fits and reasons:
+            why.setdefault(reasons[0], []).append(r.rank)
+    for reason, ranks in why.items():
+        lines.append(f"  {_ranks(ranks)}: {reason}")
+    best = next((r for r in rows if r.chosen), None)
+    if best is not None:
+        flags = " ".join(shlex.quote(f) for f in best.to_json()["flags"])
+        nodes = " (with nodes: write it as a profile)" if best.option.nodes > 1 else ""
+        command = f"vlaunch plan --model {shlex.quote(fit.model)} --machine {m.name} {flags}"
+        lines.append(f"  chosen #{best.rank}: {command}{nodes}")
+    elif rows:
+        lines.append("  nothing fits: the reasons above say which bucket and by how much")
+    return lines

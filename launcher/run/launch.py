@@ -218,9 +218,56 @@ def serve(
     11 when the watchdog stopped it, 128 + the signal's number when stopped before vLLM was ready, 70 when
     vlaunch itself fails (then re-raised).
     """
-    profile = plan.profile
     lock = guard.BoxLock()
-    info: dict[str, Any] = {
+    info = _lock_info(plan)
+    lock.acquire(info)  # first: a serve the lock refuses leaves no run log behind
+    try:
+        log_path, record_path = new_log_paths(plan.profile.name, logs_dir)
+    except BaseException:
+        lock.release()
+        raise
+    info["log"] = str(log_path)
+    lock.update(info)
+    options = _Options(verbose, ready_timeout, stop_after_ready, stop_below_bytes)
+    run = _Run(plan, lock, info, (log_path, record_path), echo, options)
+    old_handlers = _trap_signals()
+    run.begin()
+    try:
+        proc, mask = run.start(extra_env)
+        run.watch(proc, mask)
+        run.ended(proc)
+    except _NotStarted as e:
+        run.exit_code, run.error = e.code, e.line
+        run.record["error"] = run.error
+    except _Stop as stop:
+        run.stopped(stop.signum)
+    except Exception as e:
+        run.exit_code = pf.EXIT_INTERNAL
+        run.record["error"] = " ".join(f"internal error: {e}".split())
+        raise
+    finally:
+        for signum in old_handlers:
+            signal.signal(signum, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the clean-up
+        run.clean_up()
+        for signum, handler in old_handlers.items():
+            signal.signal(signum, handler)
+    return RunResult(run.exit_code, run.record, log_path, record_path, run.error, warning=run.saved.failure)
+
+
+@dataclass(frozen=True)
+class _Options:
+    """How `serve` watches vLLM, past the plan."""
+
+    verbose: bool
+    ready_timeout: float
+    stop_after_ready: bool
+    stop_below_bytes: int | None
+
+
+def _lock_info(plan: Plan) -> dict[str, Any]:
+    """What the box lock tells about this serve; the log and vLLM's pid are filled in once known."""
+    profile = plan.profile
+    return {
         "pid": os.getpid(),
         "profile": profile.name,
         "since": time.time(),
@@ -230,30 +277,22 @@ def serve(
         "vllm_pid": None,
         "argv": plan.shown_argv,  # secret values masked here, in the record and in the log; vLLM gets them
     }
-    lock.acquire(info)  # first: a serve the lock refuses leaves no run log behind
-    try:
-        log_path, record_path = new_log_paths(profile.name, logs_dir)
-    except BaseException:
-        lock.release()
-        raise
-    info["log"] = str(log_path)
-    lock.update(info)
-    record: dict[str, Any] = {
-        "profile": profile.name,
-        "profile_path": profile.source,
+
+
+def _new_record(plan: Plan, log_path: Path) -> dict[str, Any]:
+    """The run record as it starts: the profile, the command, the log and the prediction."""
+    return {
+        "profile": plan.profile.name,
+        "profile_path": plan.profile.source,
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "argv": plan.shown_argv,
         "log": str(log_path),
         "predicted": plan.to_json(),
     }
-    proc: subprocess.Popen[bytes] | None = None
-    vllm_started: int | None = None  # vLLM's start time (None: read at the clean-up)
-    known: list[psutil.Process] = []
-    watcher = Watcher(on_stage=lambda s, t: echo(f"[{t:7.1f}s] {s.value}"))
-    exit_code = 0
-    error: str | None = None
-    ready_at: float | None = None
-    vllm_rc: int | None = None  # vLLM's own exit status, when it ended by itself
+
+
+def _trap_signals() -> dict[signal.Signals, Any]:
+    """SIGINT, SIGTERM and SIGHUP raise _Stop from here on; the handlers they had, to put back."""
     old_handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
 
     def _raise(signum: int, _frame: object) -> None:
@@ -261,166 +300,269 @@ def serve(
 
     for signum in old_handlers:
         signal.signal(signum, _raise)
-    t_start = time.monotonic()
-    log_fh: IO[bytes] = log_path.open("ab")
-    run_id = log_path.stem
-    runtime, container = _launched_container(plan.argv) or ("docker", None)
-    supervisor: Supervisor | None = None
-    saved = _RecordWriter(record_path)
+    return old_handlers
+
+
+def _vllm_env(
+    plan: Plan, extra_env: dict[str, str] | None, run_id: str, runtime: str, container: str | None
+) -> dict[str, str]:
+    """vLLM's environment: ours, the plan's, `extra_env`, and the markers that name the run's processes."""
+    env = {**os.environ, **dict(plan.env), **(extra_env or {})}
+    env |= {sup.MARKER_RUN: run_id, sup.MARKER_PID: sup.wrapper_marker()}
+    if container:  # an orphaned client names its container to `vlaunch stop --orphans`
+        env[sup.MARKER_CONTAINER] = sup.container_marker(runtime, container)
+    return env
+
+
+def _spawn(plan: Plan, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Start vLLM, its output on a pipe; _NotStarted when its executable cannot be started."""
     try:
+        return subprocess.Popen(
+            list(plan.argv),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,  # its own process group: we stop all of it, it never gets our terminal's ^C
+        )
+    except OSError as e:  # FileNotFoundError, PermissionError: the same refusal pre-flight gives
+        reason = "not executable" if isinstance(e, PermissionError) else "not found"
+        if not isinstance(e, FileNotFoundError | PermissionError):
+            reason = f"cannot be started ({e.strerror or e})"
+        refusal = pf.missing_executable(plan, plan.argv[0], reason)
+        raise _NotStarted(refusal.code, refusal.line()) from e
+
+
+def _next_line(lines: queue.Queue[bytes | None]) -> bytes | None:
+    """The next line of vLLM's output; b"" when none came within half a second, None at its end."""
+    try:
+        return lines.get(timeout=0.5)
+    except queue.Empty:
+        return b""
+
+
+class _Run:
+    """One serve from the lock to the clean-up: vLLM's process, the run record and what its log said so far."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        lock: guard.BoxLock,
+        info: dict[str, Any],
+        paths: tuple[Path, Path],
+        echo: Callable[[str], None],
+        options: _Options,
+    ) -> None:
+        self.plan, self.lock, self.info, self.echo, self.options = plan, lock, info, echo, options
+        self.log_path, self.record_path = paths
+        self.record = _new_record(plan, self.log_path)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.vllm_started: int | None = None  # vLLM's start time (None: read at the clean-up)
+        self.known: list[psutil.Process] = []
+        self.watcher = Watcher(on_stage=lambda s, t: echo(f"[{t:7.1f}s] {s.value}"))
+        self.exit_code = 0
+        self.error: str | None = None
+        self.ready_at: float | None = None
+        self.vllm_rc: int | None = None  # vLLM's own exit status, when it ended by itself
+        self.t_start = 0.0
+        self.log_fh: IO[bytes]
+        self.run_id = self.log_path.stem
+        launched: tuple[str, str | None] = _launched_container(plan.argv) or ("docker", None)
+        self.runtime, self.container = launched
+        self.supervisor: Supervisor | None = None
+        self.saved = _RecordWriter(self.record_path)
+        # the watch loop's progress
+        self.base = ""
+        self.dog: Watchdog | None = None
+        self.compared = False
+        self.metrics_done = False
+        self.last_health = 0.0
+        self.last_watch = -WATCH_EVERY
+
+    def begin(self) -> None:
+        """The run's clock starts and its log opens."""
+        self.t_start = time.monotonic()
+        self.log_fh = self.log_path.open("ab")
+
+    def start(self, extra_env: dict[str, str] | None) -> tuple[subprocess.Popen[bytes], Masker]:
+        """The supervisor, then vLLM; _NotStarted when either cannot be started."""
         # the supervisor first: from here on, whatever way this process ends, nothing of the launch outlives it
         try:
-            supervisor = Supervisor.start(run_id, container=container, runtime=runtime, record=record_path)
+            self.supervisor = Supervisor.start(
+                self.run_id, container=self.container, runtime=self.runtime, record=self.record_path
+            )
         except SupervisorError as e:  # nothing is started without it
             raise _NotStarted(pf.EXIT_INTERNAL, e.one_line()) from e
-        env = {**os.environ, **dict(plan.env), **(extra_env or {})}
-        env |= {sup.MARKER_RUN: run_id, sup.MARKER_PID: sup.wrapper_marker()}
-        if container:  # an orphaned client names its container to `vlaunch stop --orphans`
-            env[sup.MARKER_CONTAINER] = sup.container_marker(runtime, container)
-        mask = Masker.of(plan.argv, env)  # vLLM prints its arguments (`non-default args`): not into our log
-        try:
-            proc = subprocess.Popen(
-                list(plan.argv),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                start_new_session=True,  # its own process group: we stop all of it, it never gets our terminal's ^C
-            )
-        except OSError as e:  # FileNotFoundError, PermissionError: the same refusal pre-flight gives
-            reason = "not executable" if isinstance(e, PermissionError) else "not found"
-            if not isinstance(e, FileNotFoundError | PermissionError):
-                reason = f"cannot be started ({e.strerror or e})"
-            refusal = pf.missing_executable(plan, plan.argv[0], reason)
-            raise _NotStarted(refusal.code, refusal.line()) from e
-        info["vllm_pid"] = proc.pid
-        vllm_started = sup.start_time(proc.pid)  # with the pid, names vLLM for the clean-up even once it is reaped
-        lock.update(info)
-        echo(f"vLLM pid {proc.pid}; log {log_path}")
+        env = _vllm_env(self.plan, extra_env, self.run_id, self.runtime, self.container)
+        mask = Masker.of(self.plan.argv, env)  # vLLM prints its arguments (`non-default args`): not into our log
+        self.proc = proc = _spawn(self.plan, env)
+        self.info["vllm_pid"] = proc.pid
+        self.vllm_started = sup.start_time(proc.pid)  # with the pid, names vLLM for the clean-up even once it is reaped
+        self.lock.update(self.info)
+        self.echo(f"vLLM pid {proc.pid}; log {self.log_path}")
+        return proc, mask
+
+    def watch(self, proc: subprocess.Popen[bytes], mask: Masker) -> None:
+        """Move vLLM's lines until it ends, fails, times out, is ready (with stop_after_ready) or the watchdog
+        stops it."""
         lines: queue.Queue[bytes | None] = queue.Queue(maxsize=10000)
         reader = threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True)
         reader.start()
-        base = f"http://{_connect_host(profile.vllm.host)}:{profile.vllm.port}"
-        compared = False
-        metrics_done = False
-        last_health = 0.0
-        reserve = plan.prediction.os_reserve_bytes if plan.machine.unified else 0
-        dog = Watchdog(reserve, stop_below_bytes) if reserve or stop_below_bytes is not None else None
-        last_watch = -WATCH_EVERY
+        vllm = self.plan.profile.vllm
+        self.base = f"http://{_connect_host(vllm.host)}:{vllm.port}"
+        reserve = self.plan.prediction.os_reserve_bytes if self.plan.machine.unified else 0
+        stop_below = self.options.stop_below_bytes
+        self.dog = Watchdog(reserve, stop_below) if reserve or stop_below is not None else None
         while True:
-            try:
-                raw = lines.get(timeout=0.5)
-            except queue.Empty:
-                raw = b""
+            raw = _next_line(lines)
             if raw is None:
                 break
             if raw:
-                raw = mask.line(raw)
-                log_fh.write(raw)
-                text = raw.decode("utf-8", errors="replace")
-                if verbose:
-                    echo(text.rstrip("\n"))
-                watcher.feed(text)
-                if len(known) < 64 and watcher.stage in (Stage.LOADING, Stage.PROFILING, Stage.KV):
-                    known = _merge(known, guard.descendants(proc.pid))
-            f = watcher.facts
-            if not compared and (f.kv_pool_tokens is not None or f.num_blocks is not None):
-                compared = True
-                _calibrate_cpu(plan, f, record, echo)
-                comparison = compare(plan, f)
-                record["diff"] = comparison.to_json()
-                echo("predicted vs logged:" + render_comparison(comparison))
-            if f.failure is not None and exit_code == 0:
-                exit_code = 1
-                echo(f"vLLM failed: {f.failure.kind}: {f.failure.message}")
-                echo(f"  fix: {f.failure.fix}")
-                break
-            now = time.monotonic()
-            if dog is not None and now - last_watch >= WATCH_EVERY:
-                last_watch = now
-                event = dog.observe(_sample(now - t_start, proc.pid, known))
-                if event is not None:
-                    _note_watchdog(record, event, echo)
-                    if event.kind == "stop":
-                        record["stopped_by"] = event.line()  # "watchdog: MemAvailable …"
-                        exit_code = pf.EXIT_WATCHDOG
-                        break
-            if ready_at is None and now - last_health > 1.0 and watcher.stage in (Stage.GRAPHS, Stage.READY):
-                last_health = now
-                status, _ = http_get(base + "/health")
-                if status == 200:
-                    ready_at = now
-                    record["boot_seconds"] = round(now - t_start, 2)
-                    echo(f"[{now - t_start:7.1f}s] /health answers: {base}")
-            if ready_at is not None and not metrics_done:
-                metrics_done = True
-                _, text_m = http_get(base + "/metrics", timeout=5)
-                check = metrics_check(f, cache_config_info(text_m), plan.prediction.layout.block_size)
-                record["metrics_check"] = check
-                echo(f"/metrics cache_config_info: {_metrics_line(check)}")
-                saved.write(_finish(record, watcher, None))
-                echo(f"serving; run record {record_path}; Ctrl-C stops it")
-                if stop_after_ready:
-                    break
-            if ready_at is None and now - t_start > ready_timeout:
-                exit_code = 1
-                echo(f"vLLM did not come up within {ready_timeout:.0f} s")
+                self._take(mask.line(raw), proc.pid)
+            if self._step(proc.pid):
                 break
             if proc.poll() is not None and lines.empty() and not reader.is_alive():
                 break
-        vllm_rc = proc.poll()
-        if vllm_rc is not None and exit_code == 0 and ready_at is None:
-            exit_code = 1
-            echo(f"vLLM exited with code {vllm_rc} before it was ready")
-            failure = watcher.parser.finish().failure  # the end of the log may name what went wrong
+
+    def _take(self, raw: bytes, pid: int) -> None:
+        """One (masked) line: into the run log, to the screen when verbose, and to the watcher."""
+        self.log_fh.write(raw)
+        text = raw.decode("utf-8", errors="replace")
+        if self.options.verbose:
+            self.echo(text.rstrip("\n"))
+        self.watcher.feed(text)
+        if len(self.known) < 64 and self.watcher.stage in (Stage.LOADING, Stage.PROFILING, Stage.KV):
+            self.known = _merge(self.known, guard.descendants(pid))
+
+    def _step(self, pid: int) -> bool:
+        """What is due after a line (or half a second without one); True when the watch ends."""
+        f = self.watcher.facts
+        if not self.compared and (f.kv_pool_tokens is not None or f.num_blocks is not None):
+            self.compared = True
+            _compare_pool(self.plan, f, self.record, self.echo)
+        if f.failure is not None and self.exit_code == 0:
+            self.exit_code = 1
+            self.echo(f"vLLM failed: {f.failure.kind}: {f.failure.message}")
+            self.echo(f"  fix: {f.failure.fix}")
+            return True
+        now = time.monotonic()
+        if self.dog is not None and now - self.last_watch >= WATCH_EVERY:
+            self.last_watch = now
+            if self._watchdog(self.dog, now, pid):
+                return True
+        if self.ready_at is None and now - self.last_health > 1.0 and self.watcher.stage in (Stage.GRAPHS, Stage.READY):
+            self.last_health = now
+            self._health(now)
+        if self.ready_at is not None and not self.metrics_done:
+            self.metrics_done = True
+            self._serving(f)
+            if self.options.stop_after_ready:
+                return True
+        if self.ready_at is None and now - self.t_start > self.options.ready_timeout:
+            self.exit_code = 1
+            self.echo(f"vLLM did not come up within {self.options.ready_timeout:.0f} s")
+            return True
+        return False
+
+    def _watchdog(self, dog: Watchdog, now: float, pid: int) -> bool:
+        """The watchdog's look at the box; True when it stops vLLM."""
+        event = dog.observe(_sample(now - self.t_start, pid, self.known))
+        if event is None:
+            return False
+        _note_watchdog(self.record, event, self.echo)
+        if event.kind != "stop":
+            return False
+        self.record["stopped_by"] = event.line()  # "watchdog: MemAvailable …"
+        self.exit_code = pf.EXIT_WATCHDOG
+        return True
+
+    def _health(self, now: float) -> None:
+        """vLLM is ready once /health answers 200."""
+        status, _ = http_get(self.base + "/health")
+        if status == 200:
+            self.ready_at = now
+            self.record["boot_seconds"] = round(now - self.t_start, 2)
+            self.echo(f"[{now - self.t_start:7.1f}s] /health answers: {self.base}")
+
+    def _serving(self, f: logs.LogFacts) -> None:
+        """Once ready: /metrics against the log, and the run record written."""
+        _, text_m = http_get(self.base + "/metrics", timeout=5)
+        check = metrics_check(f, cache_config_info(text_m), self.plan.prediction.layout.block_size)
+        self.record["metrics_check"] = check
+        self.echo(f"/metrics cache_config_info: {_metrics_line(check)}")
+        self.saved.write(_finish(self.record, self.watcher, None))
+        self.echo(f"serving; run record {self.record_path}; Ctrl-C stops it")
+
+    def ended(self, proc: subprocess.Popen[bytes]) -> None:
+        """After the watch: vLLM that exited before it was ready failed; the end of its log may say why."""
+        self.vllm_rc = proc.poll()
+        if self.vllm_rc is not None and self.exit_code == 0 and self.ready_at is None:
+            self.exit_code = 1
+            self.echo(f"vLLM exited with code {self.vllm_rc} before it was ready")
+            failure = self.watcher.parser.finish().failure  # the end of the log may name what went wrong
             if failure is not None:
-                echo(f"vLLM failed: {failure.kind}: {failure.message}")
-                echo(f"  fix: {failure.fix}")
-    except _NotStarted as e:
-        exit_code, error = e.code, e.line
-        record["error"] = error
-    except _Stop as stop:
-        name = signal.Signals(stop.signum).name
-        echo(f"received {name}: stopping vLLM")
-        record["stopped_by"] = name
-        if ready_at is None and exit_code == 0:
-            exit_code = 128 + stop.signum  # interrupted before vLLM served anything
-    except Exception as e:
-        exit_code = pf.EXIT_INTERNAL
-        record["error"] = " ".join(f"internal error: {e}".split())
-        raise
-    finally:
-        for signum in old_handlers:
-            signal.signal(signum, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the clean-up
+                self.echo(f"vLLM failed: {failure.kind}: {failure.message}")
+                self.echo(f"  fix: {failure.fix}")
+
+    def stopped(self, signum: int) -> None:
+        """A signal stops the run; before vLLM is ready, the exit code is 128 + its number."""
+        name = signal.Signals(signum).name
+        self.echo(f"received {name}: stopping vLLM")
+        self.record["stopped_by"] = name
+        if self.ready_at is None and self.exit_code == 0:
+            self.exit_code = 128 + signum  # interrupted before vLLM served anything
+
+    def clean_up(self) -> None:
+        """Stop what is left of the launch, write the record, let the supervisor go and release the lock."""
         leftover: list[int] = []
-        if proc is not None:
-            if vllm_rc is None:
-                vllm_rc = proc.poll()  # before stop_tree reaps it: afterwards Popen cannot read the status
-            known = _merge(known, guard.descendants(proc.pid))
-            # the same grace as the supervisor's: a vLLM busy loading ignores SIGTERM, and the box must be free
-            # within seconds, not whenever a safetensors read returns
-            stopped = guard.stop_tree_checked(proc.pid, timeout=sup.GRACE_SECONDS, started=vllm_started, known=known)
-            leftover = stopped.alive
-            # what left vLLM's process tree (daemonised, reparented) still carries the run's marker
-            stray = sup.run_procs(run_id)
-            leftover = sorted(set(leftover) | set(sup.stop_pids(stray, grace=5.0) if stray else ()))
-            if container:
-                stop_container(container, runtime)
-            record["vllm_exit"] = vllm_rc  # None: vLLM was running and vlaunch stopped it
-            if proc.stdout is not None:
-                with contextlib.suppress(OSError):
-                    proc.stdout.close()  # the reader thread ends on it (vLLM's side is gone)
-        record["leftover_pids"] = leftover
-        record["exit"] = exit_code
+        if self.proc is not None:
+            leftover = self._stop_vllm(self.proc)
+        self.record["leftover_pids"] = leftover
+        self.record["exit"] = self.exit_code
         with contextlib.suppress(OSError):
-            log_fh.close()
-        saved.write(_finish(record, watcher, time.monotonic() - t_start))
-        if supervisor is not None:
-            supervisor.done()  # vLLM is stopped: the supervisor has nothing to do
-        lock.release()
-        for signum, handler in old_handlers.items():
-            signal.signal(signum, handler)
-    return RunResult(exit_code, record, log_path, record_path, error, warning=saved.failure)
+            self.log_fh.close()
+        self.saved.write(_finish(self.record, self.watcher, time.monotonic() - self.t_start))
+        if self.supervisor is not None:
+            self.supervisor.done()  # vLLM is stopped: the supervisor has nothing to do
+        self.lock.release()
+
+    def _stop_vllm(self, proc: subprocess.Popen[bytes]) -> list[int]:
+        """Stop vLLM and what the launch left; the pids still alive."""
+        if self.vllm_rc is None:
+            self.vllm_rc = proc.poll()  # before stop_tree reaps it: afterwards Popen cannot read the status
+        self.known = _merge(self.known, guard.descendants(proc.pid))
+        leftover = _stop_launch(proc.pid, self.vllm_started, self.known, self.run_id, (self.runtime, self.container))
+        self.record["vllm_exit"] = self.vllm_rc  # None: vLLM was running and vlaunch stopped it
+        if proc.stdout is not None:
+            with contextlib.suppress(OSError):
+                proc.stdout.close()  # the reader thread ends on it (vLLM's side is gone)
+        return leftover
+
+
+def _compare_pool(plan: Plan, f: logs.LogFacts, record: dict[str, Any], echo: Callable[[str], None]) -> None:
+    """The pool vLLM states, against the prediction (and a CPU run's calibration)."""
+    _calibrate_cpu(plan, f, record, echo)
+    comparison = compare(plan, f)
+    record["diff"] = comparison.to_json()
+    echo("predicted vs logged:" + render_comparison(comparison))
+
+
+def _stop_launch(
+    pid: int, started: int | None, known: list[psutil.Process], run_id: str, container: tuple[str, str | None]
+) -> list[int]:
+    """Stop vLLM's process group (terminate → wait → kill), the run's strays and its container; the pids still
+    alive."""
+    # the same grace as the supervisor's: a vLLM busy loading ignores SIGTERM, and the box must be free
+    # within seconds, not whenever a safetensors read returns
+    stopped = guard.stop_tree_checked(pid, timeout=sup.GRACE_SECONDS, started=started, known=known)
+    leftover = stopped.alive
+    # what left vLLM's process tree (daemonised, reparented) still carries the run's marker
+    stray = sup.run_procs(run_id)
+    leftover = sorted(set(leftover) | set(sup.stop_pids(stray, grace=5.0) if stray else ()))
+    runtime, name = container
+    if name:
+        stop_container(name, runtime)
+    return leftover
 
 
 class _RecordWriter:

@@ -475,7 +475,6 @@ def check_gpu(plan: Plan, probes: Probes, out: list[Refusal]) -> None:
     planned = plan.machine
     if planned.backend != "cuda":
         return
-    p = plan.profile
     state = probes.gpus()
     if state.error is not None:
         out.append(
@@ -497,9 +496,18 @@ def check_gpu(plan: Plan, probes: Probes, out: list[Refusal]) -> None:
             )
         )
         return
+    _check_gpu_count(plan, probes, state.count, out)
+    if plan.profile.machine == "auto" or state.machine.name == planned.name:
+        return
+    _check_gpu_machine(planned, state.machine, out)
+
+
+def _check_gpu_count(plan: Plan, probes: Probes, count: int, out: list[Refusal]) -> None:
+    """7 when fewer GPUs are visible to vLLM than the plan's tensor x pipeline (x data) ranks."""
+    p = plan.profile
     tp, pp, dp = p.tensor_parallel_size, p.pipeline_parallel_size, getattr(p, "data_parallel_size", 1)
     need = tp * pp * dp
-    visible, note = _visible_gpus(state.count, vllm_env(plan, probes.environ))
+    visible, note = _visible_gpus(count, vllm_env(plan, probes.environ))
     if visible < need:
         ranks = f"tensor_parallel_size {tp} x pipeline_parallel_size {pp}" + (
             f" x data_parallel_size {dp}" if dp > 1 else ""
@@ -511,9 +519,10 @@ def check_gpu(plan: Plan, probes: Probes, out: list[Refusal]) -> None:
                 "lower --tensor-parallel-size / --pipeline-parallel-size, or run it on a box with more GPUs",
             )
         )
-    here = state.machine
-    if p.machine == "auto" or here.name == planned.name:
-        return
+
+
+def _check_gpu_machine(planned: Machine, here: Machine, out: list[Refusal]) -> None:
+    """8 when this box's GPU, another than the profile's, has less memory than planned; a warning otherwise."""
     here_name = here.name if here.name != "cuda" else here.description
     if here.total_bytes < planned.total_bytes * (1 - MEMORY_TOLERANCE):
         out.append(
@@ -560,40 +569,11 @@ def check_port(plan: Plan, probes: Probes, out: list[Refusal]) -> None:
 def check_model(plan: Plan, probes: Probes, out: list[Refusal]) -> None:
     """10: the model vLLM loads resolves: a local directory with config.json, or a repo in the cache or on the hub;
     and its weights are in the format the plan priced (or one vLLM makes from them while loading)."""
-    from launcher.vllm import quant
-
-    p = plan.profile
-    stored = plan.stored
-    why = quant.resolve(p.quantization, stored, plan.shape, plan.prediction.args.version, dtype=p.dtype).refusal
-    if why is not None:
-        out.append(
-            Refusal(
-                EXIT_MODEL,
-                f"{p.model}: {why}",
-                f"point model: at a checkpoint stored in that format, or drop quantization: to serve {stored.name}",
-            )
-        )
-    model = p.model
-    mode = p.vllm.launch
+    _check_model_format(plan, out)
+    model = plan.profile.model
     path = Path(model).expanduser()
     if path.exists():
-        if path.is_dir() and not any((path / n).is_file() for n in ("config.json", "params.json")):
-            out.append(
-                Refusal(
-                    EXIT_MODEL,
-                    f"model directory {model} has no config.json",
-                    "point model: at the directory that holds config.json and the weights",
-                )
-            )
-        elif mode == "container" and not _mounted(path, plan.argv):
-            out.append(
-                Refusal(
-                    EXIT_MODEL,
-                    f"model {model} is a path on this box, but the container sees only the Hugging Face cache",
-                    "use a Hugging Face repo id, or a path that exists inside the image",
-                    refuse=False,
-                )
-            )
+        _check_model_path(plan, path, out)
         return
     if model.startswith((".", "/", "~")) or not _REPO_ID.match(model):
         hint = (
@@ -611,9 +591,58 @@ def check_model(plan: Plan, probes: Probes, out: list[Refusal]) -> None:
         )
         return
     env = vllm_env(plan, probes.environ)
+    if _check_model_cache(plan, probes, env, out):
+        return
+    token = env.get("HF_TOKEN") or env.get("HUGGING_FACE_HUB_TOKEN") or None
+    _check_model_hub(model, probes, token, out)
+
+
+def _check_model_format(plan: Plan, out: list[Refusal]) -> None:
+    """10 when the checkpoint's stored format is not the one the profile's quantization asks for."""
+    from launcher.vllm import quant
+
+    p = plan.profile
+    stored = plan.stored
+    why = quant.resolve(p.quantization, stored, plan.shape, plan.prediction.args.version, dtype=p.dtype).refusal
+    if why is not None:
+        out.append(
+            Refusal(
+                EXIT_MODEL,
+                f"{p.model}: {why}",
+                f"point model: at a checkpoint stored in that format, or drop quantization: to serve {stored.name}",
+            )
+        )
+
+
+def _check_model_path(plan: Plan, path: Path, out: list[Refusal]) -> None:
+    """A model that is a path on this box: a directory needs config.json; a container does not see it."""
+    model = plan.profile.model
+    if path.is_dir() and not any((path / n).is_file() for n in ("config.json", "params.json")):
+        out.append(
+            Refusal(
+                EXIT_MODEL,
+                f"model directory {model} has no config.json",
+                "point model: at the directory that holds config.json and the weights",
+            )
+        )
+    elif plan.profile.vllm.launch == "container" and not _mounted(path, plan.argv):
+        out.append(
+            Refusal(
+                EXIT_MODEL,
+                f"model {model} is a path on this box, but the container sees only the Hugging Face cache",
+                "use a Hugging Face repo id, or a path that exists inside the image",
+                refuse=False,
+            )
+        )
+
+
+def _check_model_cache(plan: Plan, probes: Probes, env: Mapping[str, str], out: list[Refusal]) -> bool:
+    """A repo id against the Hugging Face cache and the offline settings; True when the hub is not to be asked."""
+    model = plan.profile.model
+    mode = plan.profile.vllm.launch
     cached = probes.hf_cache(model, probes.environ if mode == "container" else env)  # a container mounts ours
     if cached == "weights":
-        return
+        return True
     vllm_offline = _truthy(env.get("HF_HUB_OFFLINE"))
     if vllm_offline and cached is None:
         out.append(
@@ -623,7 +652,7 @@ def check_model(plan: Plan, probes: Probes, out: list[Refusal]) -> None:
                 f"download it first (`hf download {model}`), or unset HF_HUB_OFFLINE",
             )
         )
-        return
+        return True
     if vllm_offline:
         out.append(
             Refusal(
@@ -633,7 +662,7 @@ def check_model(plan: Plan, probes: Probes, out: list[Refusal]) -> None:
                 refuse=False,
             )
         )
-        return
+        return True
     if _truthy(probes.environ.get("HF_HUB_OFFLINE")) or probes.environ.get("VLAUNCH_OFFLINE"):
         out.append(
             Refusal(
@@ -643,8 +672,12 @@ def check_model(plan: Plan, probes: Probes, out: list[Refusal]) -> None:
                 refuse=False,
             )
         )
-        return
-    token = env.get("HF_TOKEN") or env.get("HUGGING_FACE_HUB_TOKEN") or None
+        return True
+    return False
+
+
+def _check_model_hub(model: str, probes: Probes, token: str | None, out: list[Refusal]) -> None:
+    """A repo id on huggingface.co: gated, not there, or not reachable (a warning)."""
     state, detail = probes.hub(model, token, HUB_TIMEOUT)
     if state == "ok":
         return

@@ -160,24 +160,16 @@ def layout(
     if not live:
         # attention-free and stateless: vLLM keeps one null block and no pool
         return KVLayout(block_size, 0, 0, (), 0, False, 0, requested_block_size=block_size)
-    bs, mamba_page = align_block_size(
+    bs, mamba_page = _layout_block_size(
         live,
         block_size,
+        version,
         kernel_block=kernel_block,
-        version=version,
-        mamba_chunk=mamba_chunk if mamba_mode == "all" else None,
+        mamba_mode=mamba_mode,
+        mamba_chunk=mamba_chunk,
+        max_model_len=max_model_len,
     )
-    if max_model_len and mamba_mode == "none" and not any(s.grows_with_block for s in live):
-        # attention-free without prefix caching: a state block stands for a whole max_model_len sequence
-        # (MambaModelConfig: mamba_block_size = max_model_len)
-        bs = max_model_len
-    # attention pages at the new block size; in 'all' mode a state block covers as many tokens
-    live = [s.with_block_size(bs) if s.grows_with_block or mamba_mode == "all" else s for s in live]
-    if mamba_page and any(s.grows_with_block for s in live):
-        attn_page = next(s for s in live if s.grows_with_block).page_bytes
-        live = [replace(s, page_padded=attn_page) if isinstance(s, MambaSpec) else s for s in live]
-    if not hybrid_manager:
-        live = [_as_full(s) for s in live]
+    live = _at_block_size(live, bs, mamba_page, mamba_mode=mamba_mode, hybrid_manager=hybrid_manager)
 
     first = live[0]
     n_mine = sum(mine)
@@ -190,7 +182,54 @@ def layout(
         pages = sum(s.page_bytes for s, o in zip(live, mine, strict=True) if o)
         g = Group(_kind(first), n_mine, first.page_bytes, first, uniform_pages=pages)
         return _layout(bs, (g,), len(live), (), block_size, mamba_page, mamba_mode)
+    groups, group_size, padding = _hybrid_groups(live, mine, version)
+    return _layout(bs, groups, group_size, padding, block_size, mamba_page, mamba_mode)
 
+
+def _layout_block_size(
+    live: list[CacheSpec],
+    block_size: int,
+    version: V.Version,
+    *,
+    kernel_block: int,
+    mamba_mode: str,
+    mamba_chunk: int | None,
+    max_model_len: int | None,
+) -> tuple[int, int]:
+    """The block size vLLM uses for these specs, and the state page it aligns to (0: none)."""
+    bs, mamba_page = align_block_size(
+        live,
+        block_size,
+        kernel_block=kernel_block,
+        version=version,
+        mamba_chunk=mamba_chunk if mamba_mode == "all" else None,
+    )
+    if max_model_len and mamba_mode == "none" and not any(s.grows_with_block for s in live):
+        # attention-free without prefix caching: a state block stands for a whole max_model_len sequence
+        # (MambaModelConfig: mamba_block_size = max_model_len)
+        bs = max_model_len
+    return bs, mamba_page
+
+
+def _at_block_size(
+    live: list[CacheSpec], bs: int, mamba_page: int, *, mamba_mode: str, hybrid_manager: bool
+) -> list[CacheSpec]:
+    """The specs at block size `bs`, state pages padded to the attention page, all full attention without the
+    hybrid manager."""
+    # attention pages at the new block size; in 'all' mode a state block covers as many tokens
+    live = [s.with_block_size(bs) if s.grows_with_block or mamba_mode == "all" else s for s in live]
+    if mamba_page and any(s.grows_with_block for s in live):
+        attn_page = next(s for s in live if s.grows_with_block).page_bytes
+        live = [replace(s, page_padded=attn_page) if isinstance(s, MambaSpec) else s for s in live]
+    if not hybrid_manager:
+        live = [_as_full(s) for s in live]
+    return live
+
+
+def _hybrid_groups(
+    live: list[CacheSpec], mine: list[bool], version: V.Version
+) -> tuple[tuple[Group, ...], int, tuple[int, ...]]:
+    """Layers of several kinds: the groups (this rank's layers in each), the group size and the padding layers."""
     live = _unify_pages(live)
     buckets: dict[CacheSpec, list[bool]] = {}
     for s, o in zip(live, mine, strict=True):
@@ -212,7 +251,7 @@ def layout(
         # layers[i::k]: the k groups of a bucket differ by at most one layer; a rank keeps the ones it owns
         for i in range(k):
             groups.append(Group(_kind(spec), sum(owners[i::k]), spec.page_bytes, spec))
-    return _layout(bs, tuple(groups), group_size, tuple(padding), block_size, mamba_page, mamba_mode)
+    return tuple(groups), group_size, tuple(padding)
 
 
 def _layout(

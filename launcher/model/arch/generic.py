@@ -104,26 +104,7 @@ def read(
                 quantization_config=cfg.get("quantization_config"), top=top)  # fmt: skip
     _, num_layers = _first(c, "layers")
     _, hidden = _first(c, "hidden")
-    _, n = _first(c, "heads")
-    kv_key = "num_key_value_heads" if c.has("num_key_value_heads") else "multi_query_group_num"
-    kv = c.opt_int(kv_key) or n
-    d = c.opt_int("head_dim") or c.opt_int("kv_channels") or hidden // n
-    c.heads_divide(n, kv, kv_key)
-    window = c.opt_int("sliding_window")
-    # Without layer_types, a window (unless use_sliding_window says no) applies to every layer.
-    plain = "sliding_attention" if window and c.get("use_sliding_window") is not False else "full_attention"
-    hint = f"the generic reader reads attention only; no family reads {model_type!r} ({architecture})"
-    kinds = layer_types(c, num_layers, lambda i: plain, hint=hint)
-    chunk = c.opt_int("attention_chunk_size")
-    layers = tuple(
-        Layer(
-            prefix=f"model.layers.{i}",
-            mixers=(
-                attention(kinds[i], window=window, chunk=chunk, c=c, hidden=hidden, heads=n, kv_heads=kv, head_dim=d),
-            ),
-        )
-        for i in range(num_layers)
-    )
+    layers, d = _attention_layers(c, num_layers, hidden, model_type=model_type, architecture=architecture)
     weights = header_tensors(headers)
     _, vocab = _first(c, "vocab")
     note = GENERIC.get(model_type, f"no family module reads {model_type!r}")
@@ -146,3 +127,30 @@ def read(
         support="generic",
         support_note=note + "; weights from the checkpoint's headers, cache from the config's generic fields",
     )
+
+
+def _attention_layers(
+    c: Cfg, num_layers: int, hidden: int, *, model_type: str, architecture: str
+) -> tuple[tuple[Layer, ...], int]:
+    """Every layer as attention from the config's generic fields; the layers and the head size."""
+    _, n = _first(c, "heads")
+    kv_key = "num_key_value_heads" if c.has("num_key_value_heads") else "multi_query_group_num"
+    kv = c.opt_int(kv_key) or n
+    d = c.opt_int("head_dim") or c.opt_int("kv_channels") or hidden // n
+    c.heads_divide(n, kv, kv_key)
+    window = c.opt_int("sliding_window")
+    # Without layer_types, a window (unless use_sliding_window says no) applies to every layer.
+    plain = "sliding_attention" if window and c.get("use_sliding_window") is not False else "full_attention"
+    hint = f"the generic reader reads attention only; no family reads {model_type!r} ({architecture})"
+    kinds = layer_types(c, num_layers, lambda i: plain, hint=hint)
+    chunk = c.opt_int("attention_chunk_size")
+    layers = tuple(
+        Layer(
+            prefix=f"model.layers.{i}",
+            mixers=(
+                attention(kinds[i], window=window, chunk=chunk, c=c, hidden=hidden, heads=n, kv_heads=kv, head_dim=d),
+            ),
+        )
+        for i in range(num_layers)
+    )
+    return layers, d

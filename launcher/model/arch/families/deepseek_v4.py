@@ -232,24 +232,7 @@ def read(c: Cfg, meta: Meta) -> Model:
             index_topk=c.int("index_topk") if csa else 0,
         )  # fmt: skip
 
-    moe_inter = c.int("moe_intermediate_size")
-    n_experts, top_k = c.int("n_routed_experts"), c.int("num_experts_per_tok")
-    # transformers builds one shared expert of moe_intermediate_size whatever n_shared_experts says.
-    moe = MoE(
-        hidden=hidden,
-        num_experts=n_experts,
-        experts_per_token=top_k,
-        expert_intermediate=moe_inter,
-        expert_names=("w1", "w3", "w2"),
-        name="ffn",
-        shared=shared_experts(hidden, moe_inter, names=("w1", "w3", "w2"), bias=c.bool("mlp_bias")),
-        # The routers' score correction per expert: a buffer, saved (as gate.bias) but not a parameter.
-        extra=(Tensor("gate.bias", "experts", "buffer", (n_experts,), gguf="exp_probs_b", detail="router"),),
-    )
-    # Hash-routed layers pick experts from a frozen token-id table instead (int64, vocab × top-k), no bias.
-    hash_moe = replace(
-        moe, extra=(Tensor("gate.tid2eid", "experts", "buffer", (vocab, top_k), detail="router", stored_bytes=8),)
-    )
+    moe, hash_moe = _moe(c, vocab, hidden)
     mlp_kinds = mlp_layer_types(c, num_layers)
     mix = (2 + hc) * hc  # pre and post weights (hc each) and the hc × hc stream-mixing matrix
     block_norms = (Norm(name="attn_norm", size=hidden, gguf="attn_norm"),
@@ -272,11 +255,38 @@ def read(c: Cfg, meta: Meta) -> Model:
                      *linear("h_proj", "other", hidden, hidden, None), *head_hc))
         for j in range(n_mtp)
     )  # fmt: skip
-    # Rotary width: partial_rotary_factor × head_dim, else an older config's qk_rope_head_dim, else 64/512 of it.
-    if c.has("partial_rotary_factor"):
-        rope = int(head_dim * c.float("partial_rotary_factor"))
-    else:
-        rope = c.int("qk_rope_head_dim") if c.has("qk_rope_head_dim") else head_dim * 64 // 512
+    rope = _rotary_dim(c, head_dim)
     return decoder(c, meta, parts=lambda i: (attn[kinds[i]], hash_moe if mlp_kinds[i] == "hash_moe" else moe),
                    rotary_dim=rope, layer_norms=block_norms, prefix="layers", embed="embed", final_norm="norm",
                    head="head", layer_extra=hc_pair(), mtp_layers=mtp, extra=tuple(head_hc))  # fmt: skip
+
+
+def _moe(c: Cfg, vocab: int, hidden: int) -> tuple[MoE, MoE]:
+    """The routed MoE with its shared expert, and the hash-routed one of the first layers."""
+    moe_inter = c.int("moe_intermediate_size")
+    n_experts, top_k = c.int("n_routed_experts"), c.int("num_experts_per_tok")
+    # transformers builds one shared expert of moe_intermediate_size whatever n_shared_experts says.
+    moe = MoE(
+        hidden=hidden,
+        num_experts=n_experts,
+        experts_per_token=top_k,
+        expert_intermediate=moe_inter,
+        expert_names=("w1", "w3", "w2"),
+        name="ffn",
+        shared=shared_experts(hidden, moe_inter, names=("w1", "w3", "w2"), bias=c.bool("mlp_bias")),
+        # The routers' score correction per expert: a buffer, saved (as gate.bias) but not a parameter.
+        extra=(Tensor("gate.bias", "experts", "buffer", (n_experts,), gguf="exp_probs_b", detail="router"),),
+    )
+    # Hash-routed layers pick experts from a frozen token-id table instead (int64, vocab × top-k), no bias.
+    hash_moe = replace(
+        moe, extra=(Tensor("gate.tid2eid", "experts", "buffer", (vocab, top_k), detail="router", stored_bytes=8),)
+    )
+    return moe, hash_moe
+
+
+def _rotary_dim(c: Cfg, head_dim: int) -> int:
+    """The rotary width."""
+    # Rotary width: partial_rotary_factor × head_dim, else an older config's qk_rope_head_dim, else 64/512 of it.
+    if c.has("partial_rotary_factor"):
+        return int(head_dim * c.float("partial_rotary_factor"))
+    return c.int("qk_rope_head_dim") if c.has("qk_rope_head_dim") else head_dim * 64 // 512

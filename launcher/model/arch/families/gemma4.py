@@ -248,26 +248,17 @@ def read(c: Cfg, meta: Meta) -> Model:
     vocab, hidden, inter = c.int("vocab_size"), c.int("hidden_size"), c.int("intermediate_size")
     n, kv, d = heads(c)
     num_layers = c.int("num_hidden_layers")
-    kinds = layer_types(c, num_layers, lambda i: "sliding_attention" if (i + 1) % 6 else "full_attention")
-    if len(c.list("layer_types") or kinds) == num_layers:
-        kinds[-1] = "full_attention"  # transformers forces the last layer global
+    kinds = _kinds(c, num_layers)
     shared = c.int0("num_kv_shared_layers")
     if shared >= num_layers:
         raise c.error(f"must leave at least one of the {num_layers} layers its own KV", "num_kv_shared_layers")
     sources = kv_sources(c, kinds)
     per_layer = overrides(c, kinds, d, kv)
-    window = c.opt_int("sliding_window")
-    if window and c.get("use_bidirectional_attention") == "all":
-        window = window // 2 + 1  # transformers' exclusive bound for bidirectional sliding attention
+    window = _window(c)
     bias, k_eq_v = c.bool("attention_bias"), c.bool("attention_k_eq_v")
     double_wide = c.bool("use_double_wide_mlp")
     width = c.int0("hidden_size_per_layer_input")
-    moe: Gemma4MoE | None = None
-    if c.bool("enable_moe_block"):
-        moe = Gemma4MoE(
-            hidden=hidden, num_experts=c.int("num_experts"), experts_per_token=c.int("top_k_experts"),
-            expert_intermediate=c.int("moe_intermediate_size"), name="", dense_intermediate=inter,
-        )  # fmt: skip
+    moe = _moe(c, hidden, inter)
     moe_norms = ("post_feedforward_layernorm_1", "post_feedforward_layernorm_2", "pre_feedforward_layernorm_2")
     is_tied = tied(c, meta)
     layers = []
@@ -292,14 +283,48 @@ def read(c: Cfg, meta: Meta) -> Model:
             extra += per_layer_input(hidden, width)
         layers.append(Layer(prefix=f"{base}layers.{i}", norms=layer_norms, mixers=(mixer,), mlps=mlps, extra=extra))
     embeddings, head = embed_head(vocab, hidden, is_tied, embed=f"{base}embed_tokens", final_norm=f"{base}norm")
-    model_extra: list[Tensor] = []
-    if width:
-        # Per-layer inputs: a table of width × layers per token, plus the same width projected from the main
-        # embedding, normalised per layer slice.
-        embeddings += (Tensor(f"{base}embed_tokens_per_layer.weight", "embedding", "embedding",
-                              (c.int("vocab_size_per_layer_input"), num_layers * width)),)  # fmt: skip
-        model_extra += linear(f"{base}per_layer_model_projection", "other", num_layers * width, hidden, None)
-        model_extra += norm(f"{base}per_layer_projection_norm", width, None)
+    table, model_extra = _per_layer_inputs(c, base, num_layers, width, hidden) if width else ((), [])
+    embeddings += table
     return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=is_tied, embeddings=embeddings,
                  head=head, rotary_dim=d, extra=tuple(model_extra),
                  towers=tuple(encoders(top, hidden)) if top is not None else ())  # fmt: skip
+
+
+def _kinds(c: Cfg, num_layers: int) -> list[str]:
+    """Each layer's attention: `layer_types`, else five sliding layers to one full; the last one full."""
+    kinds = layer_types(c, num_layers, lambda i: "sliding_attention" if (i + 1) % 6 else "full_attention")
+    if len(c.list("layer_types") or kinds) == num_layers:
+        kinds[-1] = "full_attention"  # transformers forces the last layer global
+    return kinds
+
+
+def _window(c: Cfg) -> int | None:
+    """The sliding window, as the bound transformers applies."""
+    window = c.opt_int("sliding_window")
+    if window and c.get("use_bidirectional_attention") == "all":
+        window = window // 2 + 1  # transformers' exclusive bound for bidirectional sliding attention
+    return window
+
+
+def _moe(c: Cfg, hidden: int, inter: int) -> Gemma4MoE | None:
+    """The MoE block every layer adds to its dense MLP (enable_moe_block), else None."""
+    if not c.bool("enable_moe_block"):
+        return None
+    return Gemma4MoE(
+        hidden=hidden, num_experts=c.int("num_experts"), experts_per_token=c.int("top_k_experts"),
+        expert_intermediate=c.int("moe_intermediate_size"), name="", dense_intermediate=inter,
+    )  # fmt: skip
+
+
+def _per_layer_inputs(
+    c: Cfg, base: str, num_layers: int, width: int, hidden: int
+) -> tuple[tuple[Tensor, ...], list[Tensor]]:
+    """The per-layer inputs' embedding table, and the model's tensors that project and normalise them."""
+    # Per-layer inputs: a table of width × layers per token, plus the same width projected from the main
+    # embedding, normalised per layer slice.
+    table = (Tensor(f"{base}embed_tokens_per_layer.weight", "embedding", "embedding",
+                    (c.int("vocab_size_per_layer_input"), num_layers * width)),)  # fmt: skip
+    model_extra: list[Tensor] = []
+    model_extra += linear(f"{base}per_layer_model_projection", "other", num_layers * width, hidden, None)
+    model_extra += norm(f"{base}per_layer_projection_norm", width, None)
+    return table, model_extra

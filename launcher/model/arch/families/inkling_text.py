@@ -121,37 +121,27 @@ def _ids_to_types(c: Cfg, n: int) -> list[str]:
     return ["hybrid_sliding" if i in local else "hybrid" for i in range(n)]
 
 
+@dataclass(frozen=True)
+class _Geometry:
+    """What every Inkling layer's mixers share: the hidden size, the conv kernel, the relative bias's width and
+    the sliding window."""
+
+    hidden: int
+    kernel: int
+    d_rel: int
+    window: int
+
+
 def read(c: Cfg, meta: Meta) -> Model:
     vocab, hidden = c.int("vocab_size"), c.int("hidden_size")
     num_layers = c.int("num_hidden_layers")
     # An older config names the dense MLP width dense_intermediate_size (transformers folds it in).
     inter = c.int("dense_intermediate_size") if c.has("dense_intermediate_size") else c.int("intermediate_size")
     kernel, d_rel, window = c.int("conv_kernel_size"), c.int("d_rel"), c.int("sliding_window_size")
+    geo = _Geometry(hidden, kernel, d_rel, window)
     kinds = _ids_to_types(c, num_layers)
-    raw_mlp = c.list("mlp_layer_types")
-    if raw_mlp is not None and len(raw_mlp) < num_layers:
-        raise c.error(f"has {len(raw_mlp)} entries for {num_layers} layers", "mlp_layer_types")
-    k_dense = c.int0("dense_mlp_idx", 0)
-    mlp_types = [str(t) for t in raw_mlp[:num_layers]] if raw_mlp is not None else [
-        "dense" if i < k_dense else "sparse" for i in range(num_layers)]  # fmt: skip
-
-    def mixers(sliding: bool) -> tuple[Attention, InklingConvs]:
-        pre = "swa_" if sliding else ""
-        n, kv, d = c.int(pre + "num_attention_heads"), c.int(pre + "num_key_value_heads"), c.int(pre + "head_dim")
-        c.heads_divide(n, kv, pre + "num_key_value_heads")
-        # Sliding layers apply the relative bias over their window, full layers over rel_extent tokens.
-        extent = window if sliding else c.int("rel_extent")
-        extra = (
-            *linear("r_proj", "attention", n * d_rel, hidden, None),  # d_rel mixing weights per head
-            *param("rel_logits_proj.proj", "attention", (d_rel, extent), None),  # bias profile per distance
-            *conv1d("k_sconv.conv1d", "attention", kv * d, kernel, None, bias=False),
-            *conv1d("v_sconv.conv1d", "attention", kv * d, kernel, None, bias=False),
-        )
-        attn = attention("sliding_attention" if sliding else "full_attention", window=window, c=c, hidden=hidden,
-                         heads=n, kv_heads=kv, head_dim=d, qk_norm="head", extra=extra)  # fmt: skip
-        return attn, InklingConvs(hidden=hidden, conv_kernel=kernel, kv_width=kv * d)
-
-    by_kind = {k: mixers(k == "hybrid_sliding") for k in set(kinds)}
+    mlp_types = _mlp_types(c, num_layers)
+    by_kind = {k: _mixers(c, geo, k == "hybrid_sliding") for k in set(kinds)}
     # Dense layers scale their output by a learned scalar.
     dense = DenseMLP(hidden=hidden, inter=inter, extra=tuple(param("global_scale", "mlp", (1,), None)))
     moe = InklingMoE(
@@ -164,6 +154,49 @@ def read(c: Cfg, meta: Meta) -> Model:
     layer_norms = norms(hidden, "input_layernorm", "post_attention_layernorm")
     layers = [Layer(prefix=f"model.layers.{i}", norms=layer_norms, mixers=by_kind[kinds[i]],
                     mlps=(moe if mlp_types[i] == "sparse" else dense,)) for i in range(num_layers)]  # fmt: skip
+    mtp = _mtp_layers(c, geo, dense)
+    # The checkpoint's unembedding and embedding are separate tensors: transformers never ties them.
+    embeddings, head = embed_head(vocab, hidden, False)
+    # The embedding's RMSNorm lives inside embed_tokens, where the oracle (and transformers' name rule) puts it.
+    embeddings += tuple(param("model.embed_tokens.embed_norm.weight", "embedding", (hidden,), None,
+                              detail="embedding_norm"))  # fmt: skip
+    # Positions enter through the relative bias and the convolutions: no rotary embedding.
+    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=False, embeddings=embeddings,
+                 head=head, rotary_dim=0, mtp_layers=mtp)  # fmt: skip
+
+
+def _mlp_types(c: Cfg, num_layers: int) -> list[str]:
+    """`mlp_layer_types` ("dense" / "sparse"), else the first `dense_mlp_idx` layers dense."""
+    raw_mlp = c.list("mlp_layer_types")
+    if raw_mlp is not None and len(raw_mlp) < num_layers:
+        raise c.error(f"has {len(raw_mlp)} entries for {num_layers} layers", "mlp_layer_types")
+    k_dense = c.int0("dense_mlp_idx", 0)
+    return [str(t) for t in raw_mlp[:num_layers]] if raw_mlp is not None else [
+        "dense" if i < k_dense else "sparse" for i in range(num_layers)]  # fmt: skip
+
+
+def _mixers(c: Cfg, geo: _Geometry, sliding: bool) -> tuple[Attention, InklingConvs]:
+    """A layer's attention (swa_* geometry when sliding) with its relative bias and k/v convs, and its convs."""
+    hidden, kernel, d_rel, window = geo.hidden, geo.kernel, geo.d_rel, geo.window
+    pre = "swa_" if sliding else ""
+    n, kv, d = c.int(pre + "num_attention_heads"), c.int(pre + "num_key_value_heads"), c.int(pre + "head_dim")
+    c.heads_divide(n, kv, pre + "num_key_value_heads")
+    # Sliding layers apply the relative bias over their window, full layers over rel_extent tokens.
+    extent = window if sliding else c.int("rel_extent")
+    extra = (
+        *linear("r_proj", "attention", n * d_rel, hidden, None),  # d_rel mixing weights per head
+        *param("rel_logits_proj.proj", "attention", (d_rel, extent), None),  # bias profile per distance
+        *conv1d("k_sconv.conv1d", "attention", kv * d, kernel, None, bias=False),
+        *conv1d("v_sconv.conv1d", "attention", kv * d, kernel, None, bias=False),
+    )
+    attn = attention("sliding_attention" if sliding else "full_attention", window=window, c=c, hidden=hidden,
+                     heads=n, kv_heads=kv, head_dim=d, qk_norm="head", extra=extra)  # fmt: skip
+    return attn, InklingConvs(hidden=hidden, conv_kernel=kernel, kv_width=kv * d)
+
+
+def _mtp_layers(c: Cfg, geo: _Geometry, dense: DenseMLP) -> tuple[Layer, ...]:
+    """The MTP depths (`num_mtp_layers`)."""
+    hidden = geo.hidden
     # MTP depths (vLLM's InklingMTP; transformers skips `model.mtp.*`): norms of the hidden state and the
     # embedding, input_proj from [hidden; embedding], and a full block with a dense MLP; full attention unless
     # mtp_local_layer_ids names the depth. Embedding and head are the model's.
@@ -180,17 +213,9 @@ def read(c: Cfg, meta: Meta) -> Model:
                    *norms(hidden, f"{b}.input_layernorm", f"{b}.post_attention_layernorm"),
                    *(chain if j == 0 else ())),
             mixers=tuple(replace(m, name=f"{b}.self_attn" if isinstance(m, Attention) else b)
-                         for m in mixers(j in local_mtp)),
+                         for m in _mixers(c, geo, j in local_mtp)),
             mlps=(replace(dense, name=f"{b}.mlp"),),
             extra=tuple(linear(f"layers.{j}.input_proj", "other", hidden, 2 * hidden, None)),
         )  # fmt: skip
 
-    mtp = tuple(mtp_layer(j) for j in range(n_mtp))
-    # The checkpoint's unembedding and embedding are separate tensors: transformers never ties them.
-    embeddings, head = embed_head(vocab, hidden, False)
-    # The embedding's RMSNorm lives inside embed_tokens, where the oracle (and transformers' name rule) puts it.
-    embeddings += tuple(param("model.embed_tokens.embed_norm.weight", "embedding", (hidden,), None,
-                              detail="embedding_norm"))  # fmt: skip
-    # Positions enter through the relative bias and the convolutions: no rotary embedding.
-    return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=False, embeddings=embeddings,
-                 head=head, rotary_dim=0, mtp_layers=mtp)  # fmt: skip
+    return tuple(mtp_layer(j) for j in range(n_mtp))
