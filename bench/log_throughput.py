@@ -244,7 +244,8 @@ def write_shape(shape: str, path: Path, startup: bytes, size: int) -> int:
 
 
 def expected_facts(shape: str, startup: bytes) -> dict[str, Any]:
-    from launcher.vllm.logs import LogFacts, parse_stream
+    from launcher.check.facts import LogFacts
+    from launcher.check.stream import parse_stream
 
     if shape in ("longline", "longline-dense"):
         return LogFacts().to_json()

@@ -193,10 +193,10 @@ TINY = Path(__file__).parent / "fixtures" / "tiny-llama" / "config.json"
 
 def _cpu_serve_calibration(log_text: str) -> dict:
     """What serve's auto-calibration stores from a CPU log (launch._calibrate_cpu over the log's facts)."""
+    from launcher.check.parser import parse_text
     from launcher.cli.options import build_profile
     from launcher.plan.planning import make_plan
     from launcher.run import launch
-    from launcher.vllm.logs import parse_text
 
     facts = parse_text(log_text)
     flags = {"model": "m/x", "config": str(TINY), "machine": "cpu", "gpu_memory_gib": 8.71,

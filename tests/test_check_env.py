@@ -17,8 +17,11 @@ import pytest
 from click.testing import CliRunner, Result
 
 from launcher.check.compare import NotAVllmLog, read_log, require_vllm_log
+from launcher.check.facts import LogFacts
+from launcher.check.parser import parse_text
+from launcher.check.stream import parse_stream
 from launcher.cli import main
-from launcher.vllm.logs import PATTERNS, LogFacts, Pattern, parse_stream, parse_text
+from launcher.vllm.logs import PATTERNS, Pattern
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 ENV = LOGS / "env"

@@ -12,9 +12,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from launcher.check.parser import parse_text
 from launcher.run import guard
 from launcher.run.launch import Stage, Watcher, cache_config_info, metrics_check, new_log_paths
-from launcher.vllm.logs import parse_text
 
 GRAB = """
 import sys, time

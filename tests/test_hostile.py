@@ -251,7 +251,7 @@ def test_malformed_quantization_config_is_one_line(tmp_path: Path, base: str, ke
 def test_repo_not_found_pattern_is_linear() -> None:
     import time
 
-    from launcher.vllm.logs import parse_text
+    from launcher.check.parser import parse_text
 
     def cost(n: int) -> float:
         t0 = time.perf_counter()

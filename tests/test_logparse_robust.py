@@ -24,8 +24,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from launcher.check import stream
+from launcher.check.facts import Failure, LogFacts
+from launcher.check.parser import LogParser, parse_text
+from launcher.check.stream import parse_stream
 from launcher.vllm import logs
-from launcher.vllm.logs import LogFacts, LogParser, parse_stream, parse_text, stream
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 
@@ -220,7 +223,7 @@ def check(f: LogFacts, expected: dict[str, Any], where: str = "") -> None:
     dumps_ok(f)
 
 
-def assert_one_line(failure: logs.Failure) -> None:
+def assert_one_line(failure: Failure) -> None:
     for text in (failure.message, failure.fix):
         assert text.strip(), failure
         assert "\n" not in text and "\r" not in text, failure

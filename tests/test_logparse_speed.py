@@ -17,8 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from launcher.vllm import logs
-from launcher.vllm.logs import LogFacts, parse_stream, parse_text, stream
+from launcher.check import stream
+from launcher.check.facts import LogFacts
+from launcher.check.framer import LINE_CAP
+from launcher.check.parser import DRY_LINES, parse_text
+from launcher.check.stream import parse_stream
 from tests.test_logparse_robust import CPU_OK, EXPECTED, GATE, GPTOSS, LLAMA, LOGS, check, raw, real
 
 QWEN = "llmd-planner-v0.19.0-qwen-qwen3-8b--h100-80gb--tp1pp1dp1--8192.log"
@@ -221,7 +224,7 @@ def test_one_20_mb_line_takes_bounded_memory_and_time(tmp_path: Path) -> None:
 
 def test_a_line_is_read_to_64_kib(tmp_path: Path) -> None:
     statement = real(LLAMA, "Available KV cache memory")
-    assert logs.LINE_CAP == 64 * 1024
+    assert LINE_CAP == 64 * 1024
     for pad, read in ((60_000, True), (70_000, False)):
         text = "x" * pad + " " + statement + "\n"
         for f in (parse_text(text), parse_stream(io.BytesIO(text.encode()))):
@@ -270,7 +273,7 @@ def soup(n_lines: int, header: bool, seed: int = 7) -> bytes:
 @pytest.mark.parametrize("header", [True, False], ids=["logger-header", "bare"])
 def test_keyword_soup_then_a_real_boot_states_the_boot(header: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """Thousands of keyword lines that state nothing, then a real start-up: its facts, as if alone."""
-    data = soup(3 * logs.DRY_LINES, header) + raw(QWEN)
+    data = soup(3 * DRY_LINES, header) + raw(QWEN)
     for how, f in each_way(data, monkeypatch):
         got = {k: getattr(f, k) for k in QWEN_FACTS}
         assert got == QWEN_FACTS, how

@@ -13,9 +13,12 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from launcher.check import stream
+from launcher.check.facts import LogFacts
+from launcher.check.framer import WRAP_COLUMNS
+from launcher.check.parser import LogParser, parse_text
+from launcher.check.stream import parse_stream
 from launcher.cli import main
-from launcher.vllm import logs
-from launcher.vllm.logs import LogFacts, LogParser, parse_stream, parse_text, stream
 from tests.test_logparse_robust import ALL_LOGS, EXPECTED, GATE, GPTOSS, LLAMA, V0, check, lines, real
 
 # A user's paste into an issue: the forum broke the message after "(196608),".
@@ -256,7 +259,7 @@ def _random_lines(width: int, n: int = 2000) -> str:
     return "\n".join("".join(rnd.choice(chars) for _ in range(width)) for _ in range(n)) + "\n"
 
 
-@pytest.mark.parametrize("width", sorted(logs.WRAP_COLUMNS))
+@pytest.mark.parametrize("width", sorted(WRAP_COLUMNS))
 def test_lines_of_a_wrap_width_parse_about_as_fast_as_others(width: int) -> None:
     full, _ = _parse_seconds(_random_lines(width))
     other, _ = _parse_seconds(_random_lines(width - 1))

@@ -22,10 +22,10 @@ import pytest
 from click.testing import CliRunner
 
 import launcher
+from launcher.check.facts import LogFacts
 from launcher.cli import main
 from launcher.run import guard, launch
 from launcher.run import supervise as sup
-from launcher.vllm import logs
 from tests.test_orphans import _port, wait_for_line
 
 TINY = Path(__file__).parent / "fixtures" / "tiny-llama" / "config.json"
@@ -257,14 +257,14 @@ def test_secret_spellings_are_masked_and_nothing_else() -> None:
     ],
 )
 def test_malformed_metrics_labels_are_not_available(labels: str) -> None:
-    facts = logs.LogFacts(num_blocks=100, kv_pool_tokens=1600)
+    facts = LogFacts(num_blocks=100, kv_pool_tokens=1600)
     check = launch.metrics_check(facts, launch.cache_config_info(f"vllm:cache_config_info{{{labels}}} 1.0\n"), 16)
     assert check["available"] is False and check["malformed"]
     assert launch._metrics_line(check).startswith("not available")
 
 
 def test_a_malformed_label_leaves_the_others() -> None:
-    facts = logs.LogFacts(num_blocks=100, kv_pool_tokens=1600)
+    facts = LogFacts(num_blocks=100, kv_pool_tokens=1600)
     text = 'vllm:cache_config_info{block_size="16",num_gpu_blocks="100",kv_cache_size_tokens="n/a"} 1.0'
     check = launch.metrics_check(facts, launch.cache_config_info(text), 16)
     assert check["available"] is True and check["num_gpu_blocks"] == 100 and check["blocks_agree"] is True

@@ -12,12 +12,17 @@ import pytest
 import regex
 from click.testing import CliRunner
 
+from launcher.check import stream
 from launcher.check.compare import flags_from_log
+from launcher.check.facts import LogFacts
+from launcher.check.masks import AFTER_BOOT_KEYWORDS
+from launcher.check.parser import parse_text
+from launcher.check.stream import parse_stream
 from launcher.cli import main
 from launcher.run import launch
 from launcher.run.launch import Watcher
 from launcher.vllm import logs
-from launcher.vllm.logs import PATTERNS, LogFacts, Pattern, Stage, parse_stream, parse_text, stream
+from launcher.vllm.logs import PATTERNS, Pattern, Stage
 
 
 def both(text: str) -> tuple[LogFacts, LogFacts]:
@@ -65,7 +70,7 @@ def test_keywords_are_derived_from_the_registry() -> None:
     extra = Pattern("x", regex.compile("Frobnicating"), "Frobnicating 3 shards", "0.99+", "nowhere", ("Frobnicat",))
     assert b"Frobnicat" not in logs.KEYWORDS
     assert b"Frobnicat" in logs.keywords_of((*PATTERNS, extra))
-    assert set(logs.AFTER_BOOT_KEYWORDS) <= set(logs.KEYWORDS)
+    assert set(AFTER_BOOT_KEYWORDS) <= set(logs.KEYWORDS)
 
 
 # The hand-kept triggers launch.py had before they were derived: the derived ones are the same.

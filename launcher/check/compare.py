@@ -7,12 +7,13 @@ import sys
 from dataclasses import field
 from typing import Any, BinaryIO
 
+from launcher.check.facts import LogFacts
+from launcher.check.stream import parse_stream
 from launcher.common.errors import VlaunchError
 from launcher.common.records import dataclass
 from launcher.common.units import GiB
 from launcher.plan.budget import Prediction
 from launcher.plan.planning import Plan
-from launcher.vllm.logs import LogFacts, parse_stream
 
 
 class LogError(VlaunchError):

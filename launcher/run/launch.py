@@ -29,6 +29,9 @@ from typing import IO, Any
 import psutil
 
 from launcher.check.compare import compare, render_comparison
+from launcher.check.facts import LogFacts
+from launcher.check.parser import LogParser
+from launcher.check.stream import STREAM_LINE_CAP
 from launcher.common.errors import VlaunchError
 from launcher.common.files import write_atomic
 from launcher.common.records import dataclass
@@ -52,7 +55,7 @@ _STAGE_TRIGGERS = logs.STAGE_TRIGGERS  # from each log pattern's stage and keywo
 class Watcher:
     """Feed it vLLM's lines; it tracks the boot stage and everything vllm.logs extracts."""
 
-    parser: logs.LogParser = field(default_factory=logs.LogParser)
+    parser: LogParser = field(default_factory=LogParser)
     stage: Stage = Stage.STARTING
     t0: float = field(default_factory=time.monotonic)
     stages: dict[str, float] = field(default_factory=dict)
@@ -75,7 +78,7 @@ class Watcher:
             self.on_stage(stage, elapsed)
 
     @property
-    def facts(self) -> logs.LogFacts:
+    def facts(self) -> LogFacts:
         return self.parser.facts
 
 
@@ -147,7 +150,7 @@ def _count_label(labels: dict[str, str], key: str, malformed: list[str]) -> int 
     return int(value.strip())
 
 
-def metrics_check(facts: logs.LogFacts, labels: dict[str, str] | None, block_size: int) -> dict[str, Any]:
+def metrics_check(facts: LogFacts, labels: dict[str, str] | None, block_size: int) -> dict[str, Any]:
     """/metrics vllm:cache_config_info against the log: num_gpu_blocks, and kv_cache_size_tokens (0.28+). A label
     that is not a count is left out (listed under "malformed"); with none left the check is not available."""
     if labels is None:
@@ -484,7 +487,7 @@ class _Run:
             self.record["boot_seconds"] = round(now - self.t_start, 2)
             self.echo(f"[{now - self.t_start:7.1f}s] /health answers: {self.base}")
 
-    def _serving(self, f: logs.LogFacts) -> None:
+    def _serving(self, f: LogFacts) -> None:
         """Once ready: /metrics against the log, and the run record written."""
         _, text_m = http_get(self.base + "/metrics", timeout=5)
         check = metrics_check(f, cache_config_info(text_m), self.plan.prediction.layout.block_size)
@@ -539,7 +542,7 @@ class _Run:
         return leftover
 
 
-def _compare_pool(plan: Plan, f: logs.LogFacts, record: dict[str, Any], echo: Callable[[str], None]) -> None:
+def _compare_pool(plan: Plan, f: LogFacts, record: dict[str, Any], echo: Callable[[str], None]) -> None:
     """The pool vLLM states, against the prediction (and a CPU run's calibration)."""
     _calibrate_cpu(plan, f, record, echo)
     comparison = compare(plan, f)
@@ -741,7 +744,7 @@ def write_record(path: Path, record: dict[str, Any]) -> None:
     write_atomic(path, json.dumps(record, indent=2), mode=0o600)
 
 
-def _calibrate_cpu(plan: Plan, f: logs.LogFacts, record: dict[str, Any], echo: Callable[[str], None]) -> None:
+def _calibrate_cpu(plan: Plan, f: LogFacts, record: dict[str, Any], echo: Callable[[str], None]) -> None:
     """A CPU run measures the worker's resident memory: keep it for the next plan on this box."""
     p = plan.prediction
     if p.args.platform != "cpu" or f.kv_pool_tokens is None or f.total_memory_gib is None:
@@ -792,7 +795,7 @@ def _metrics_line(check: dict[str, Any]) -> str:
     return ", ".join(parts) + agrees + odd
 
 
-LINE_CAP = logs.STREAM_LINE_CAP
+LINE_CAP = STREAM_LINE_CAP
 """The most of one line of vLLM's output read, logged and parsed; the rest of a longer line is dropped unread."""
 
 

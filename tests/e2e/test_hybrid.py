@@ -13,9 +13,9 @@ import subprocess
 import pytest
 
 from launcher.check.compare import compare
+from launcher.check.parser import parse_text
 from launcher.plan.planning import make_plan
 from launcher.plan.profiles import load_profile
-from launcher.vllm import logs
 from tests.e2e.conftest import ROOT, VLLM_PYTHON
 
 FAMILIES = ("qwen3_next", "granitemoehybrid")
@@ -45,7 +45,7 @@ def test_hybrid_pool_exact(vllm_ready: None, tiny_hybrids: None, start_vllm, fam
     assert server.wait_for("KV cache size:"), server.text()[-3000:]
     text = server.text()
     server.stop()
-    facts = logs.parse_text(text)
+    facts = parse_text(text)
     p = plan.prediction
     print(
         f"{family}: predicted {p.pool.tokens:,} tokens, block {p.layout.block_size}, {p.layout.n_groups} groups; "

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import regex as re
 
-from launcher.vllm.logs.masks import BIT, bits, mask_of
-from launcher.vllm.logs.patterns import (
+from launcher.check.masks import BIT, bits, mask_of
+from launcher.vllm.logs import (
     ENGINE_CONFIG,
     ERROR_LINE,
     GRAPH_CAPTURE_FRAME,

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, TypeAlias
 
 import regex as re
 
-from launcher.vllm.logs.failures import gate_failure
-from launcher.vllm.logs.patterns import (
+from launcher.check.failures import gate_failure
+from launcher.vllm.logs import (
     ACTUAL_USAGE,
     ACTUAL_USAGE_027,
     API_READY,
@@ -57,7 +57,7 @@ from launcher.vllm.logs.patterns import (
 )
 
 if TYPE_CHECKING:
-    from launcher.vllm.logs.parser import LogParser
+    from launcher.check.parser import LogParser
 
 Match: TypeAlias = "re.Match[str]"
 Extractor: TypeAlias = Callable[["LogParser", Match, str], None]

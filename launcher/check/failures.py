@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 import regex as re
 
-from launcher.vllm.logs.facts import Failure
-from launcher.vllm.logs.patterns import (
+from launcher.check.facts import Failure
+from launcher.vllm.logs import (
     CUDA_OOM,
     ENGINE_INIT_FAILED,
     ERROR_LINE,
@@ -23,8 +23,8 @@ from launcher.vllm.logs.patterns import (
 )
 
 if TYPE_CHECKING:
-    from launcher.vllm.logs.extract import Match, Rule
-    from launcher.vllm.logs.parser import LogParser
+    from launcher.check.extract import Match, Rule
+    from launcher.check.parser import LogParser
 
 # A line at WARNING, DEBUG or INFO level (vLLM's, uvicorn's, NCCL's, a Python warning): what it says about the
 # environment only hints at a failure; it becomes one when the launch failed without starting.

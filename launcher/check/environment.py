@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 
 import regex as re
 
+from launcher.check.facts import Failure
+from launcher.check.failures import NOT_FATAL
 from launcher.common.records import dataclass
-from launcher.vllm.logs.facts import Failure
-from launcher.vllm.logs.failures import NOT_FATAL
-from launcher.vllm.logs.patterns import (
+from launcher.vllm.logs import (
     ADDRESS_IN_USE,
     DOCKER_DAEMON,
     DRIVER_TOO_OLD,
@@ -23,8 +23,8 @@ from launcher.vllm.logs.patterns import (
 )
 
 if TYPE_CHECKING:
-    from launcher.vllm.logs.extract import Match, Rule
-    from launcher.vllm.logs.parser import LogParser
+    from launcher.check.extract import Match, Rule
+    from launcher.check.parser import LogParser
 
 _SOCKET = re.compile(r"(?:unix|tcp|npipe)://[^\s;:]+?(?=\.?(?:\s|$)|[:;])")
 

@@ -8,13 +8,13 @@ from collections.abc import Iterable
 
 import regex as re
 
-from launcher.vllm.logs.environment import ENVIRONMENT_RULES, RepoAccess
-from launcher.vllm.logs.extract import FACT_RULES, Rule
-from launcher.vllm.logs.facts import FAILURE_RANK, Failure, LogFacts
-from launcher.vllm.logs.failures import FAILURE_RULES, conclude
-from launcher.vllm.logs.framer import RECORD_CAP, Framer, clean
-from launcher.vllm.logs.masks import BIT, SERVING_STR, VERSION_CONTEXT, bits, mask_of, vllm_line_in
-from launcher.vllm.logs.patterns import BOOT_BANNER, VERSION, Pattern
+from launcher.check.environment import ENVIRONMENT_RULES, RepoAccess
+from launcher.check.extract import FACT_RULES, Rule
+from launcher.check.facts import FAILURE_RANK, Failure, LogFacts
+from launcher.check.failures import FAILURE_RULES, conclude
+from launcher.check.framer import RECORD_CAP, Framer, clean
+from launcher.check.masks import BIT, SERVING_STR, VERSION_CONTEXT, bits, mask_of, vllm_line_in
+from launcher.vllm.logs import BOOT_BANNER, VERSION, Pattern
 
 # Lines in a row that hold keywords and match no pattern before the parser reads only what a serving log can say.
 # A vLLM start-up states a fact every few lines: over the 169 real and CPU-build logs in tests/fixtures and the

@@ -7,11 +7,11 @@ import re as std_re
 from collections.abc import Iterator
 from typing import IO
 
-from launcher.vllm.logs.facts import LogFacts
-from launcher.vllm.logs.framer import LINE_CAP, PREFIX_SRC, RECORD_START_SRC, clean
-from launcher.vllm.logs.masks import SERVING_NO_BANNER
-from launcher.vllm.logs.parser import LogParser
-from launcher.vllm.logs.patterns import BOOT_BANNER, KEYWORDS, keywords_of
+from launcher.check.facts import LogFacts
+from launcher.check.framer import LINE_CAP, PREFIX_SRC, RECORD_START_SRC, clean
+from launcher.check.masks import SERVING_NO_BANNER
+from launcher.check.parser import LogParser
+from launcher.vllm.logs import BOOT_BANNER, KEYWORDS, keywords_of
 
 # parse_stream reads CHUNK bytes at a time and hands the parser only the lines that can change its facts: before
 # the API server is up, the lines holding a keyword and every record that continues over lines (and the line

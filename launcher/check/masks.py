@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 
 import regex as re
 
-from launcher.vllm.logs.patterns import (
+from launcher.vllm.logs import (
     ADDRESS_IN_USE,
     BOOT_BANNER,
     CUDA_OOM,
