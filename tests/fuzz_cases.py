@@ -54,7 +54,7 @@ CASE_SECONDS = 20.0
 # 4 another vLLM holds the box, 5-10 pre-flight refusals, 11 the watchdog stopped vLLM, 130 interrupted,
 # 141 the reader of stdout went away. 70 (internal error) is documented too, as a bug.
 DOCUMENTED_EXIT_CODES = frozenset({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 130, 141})
-COMMANDS = sorted(main.commands)  # type: ignore[attr-defined]
+COMMANDS = sorted(main.list_commands(click.Context(main)))  # type: ignore[attr-defined]
 
 # ---- values ----------------------------------------------------------------------------------------------------
 
@@ -568,7 +568,7 @@ def option_value(draw: st.DrawFn, param: click.Parameter, opt: str, sandbox: San
 @st.composite
 def options(draw: st.DrawFn, command: str, sandbox: Sandbox, files: dict[str, bytes]) -> list[str]:
     """0-6 of the command's own options, each with a value drawn for its type and name."""
-    cmd = main.commands[command]  # type: ignore[attr-defined]
+    cmd = main.get_command(click.Context(main), command)  # type: ignore[attr-defined]
     opts = [p for p in cmd.params if isinstance(p, click.Option) and not p.hidden]
     if command == "stop":
         opts = [p for p in opts if p.name != "orphans"]

@@ -456,3 +456,16 @@ def test_plan_cold_start_against_python(tmp_path: Path) -> None:
     base = statistics.median(b for b, _ in pairs)
     tool = statistics.median(t for _, t in pairs)
     assert tool <= 8 * base, f"plan {tool:.3f} s vs python -c pass {base:.3f} s: {tool / base:.1f}×"
+
+
+def test_a_command_loads_only_its_own_module() -> None:
+    """`vlaunch plan` imports launcher/cli/plan.py and the shared option and output modules, no other command's."""
+    code = (
+        "import sys; from launcher.cli import main; "
+        "main(['plan', 'llama8b-32k', '--machine', 'h200', '--json'], standalone_mode=False); "
+        "print(sorted(m for m in sys.modules if m.startswith('launcher.cli.')), file=sys.stderr)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    loaded = r.stderr.strip().splitlines()[-1]
+    assert loaded == "['launcher.cli.options', 'launcher.cli.output', 'launcher.cli.plan']"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import errno
+import importlib
 import io
 import os
 import sys
@@ -13,11 +14,16 @@ from typing import Any
 import click
 
 from launcher import __version__
-from launcher.cli import archs, calibrate, check, count, fit, plan, profiles, ps, render, report, serve, stop
 from launcher.cli.output import EXIT_BROKEN_PIPE, EXIT_DOES_NOT_FIT, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE
 from launcher.common.errors import VlaunchError
 
-__all__ = ["EXIT_BROKEN_PIPE", "EXIT_DOES_NOT_FIT", "EXIT_INTERNAL", "EXIT_OK", "EXIT_USAGE", "main"]
+__all__ = ["COMMANDS", "EXIT_BROKEN_PIPE", "EXIT_DOES_NOT_FIT", "EXIT_INTERNAL", "EXIT_OK", "EXIT_USAGE", "main"]
+
+# Every command, each in launcher/cli/<name>.py as the function <name>. A command's module is imported when the
+# command is looked up, so `vlaunch plan` reads only plan's (cold start) and `--help` reads them all.
+COMMANDS = (
+    "archs", "calibrate", "check", "count", "fit", "plan", "profiles", "ps", "render", "report", "serve", "stop",
+)  # fmt: skip
 
 # What a character the output's encoding cannot hold is written as (LANG=C, PYTHONIOENCODING=latin-1): the ASCII
 # spelling of the symbols vlaunch prints, "?" for anything else.
@@ -128,6 +134,22 @@ class _Group(click.Group):
             raise SystemExit(EXIT_BROKEN_PIPE)
         return rv
 
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*COMMANDS, *self.commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in COMMANDS and cmd_name not in self.commands:
+            self.add_command(getattr(importlib.import_module(f"launcher.cli.{cmd_name}"), cmd_name))
+        return super().get_command(ctx, cmd_name)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        try:
+            return super().resolve_command(ctx, args)
+        except click.exceptions.NoSuchCommand as e:  # "did you mean" among every command, loaded or not
+            raise click.exceptions.NoSuchCommand(e.command_name, possibilities=COMMANDS, ctx=ctx) from None
+
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         try:
             return super().parse_args(ctx, args)
@@ -183,17 +205,3 @@ def main(debug: bool) -> None:
     vlaunch counts a model's parameters from its config.json, predicts every memory bucket and vLLM's
     KV-cache pool before launch, and checks the prediction against what vLLM logs.
     """
-
-
-main.add_command(count.count)
-main.add_command(profiles.profiles)
-main.add_command(archs.archs)
-main.add_command(plan.plan)
-main.add_command(fit.fit)
-main.add_command(check.check)
-main.add_command(serve.serve)
-main.add_command(ps.ps)
-main.add_command(stop.stop)
-main.add_command(report.report)
-main.add_command(render.render)
-main.add_command(calibrate.calibrate)
