@@ -49,7 +49,7 @@ BLOCK = 8 * MIB  # one write
 PARSE = """
 import json, resource, sys, time
 sys.path.insert(0, sys.argv[2])
-from launcher.vllm.logs import parse_stream
+from launcher.check.stream import parse_stream
 t0 = time.perf_counter()
 with open(sys.argv[1], "rb") as fh:
     facts = parse_stream(fh)

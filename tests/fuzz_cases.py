@@ -795,7 +795,7 @@ ELSEWHERE_FILES = (
     "launcher/model/formats.py",
     "launcher/model/modelsource.py",
     "launcher/model/checkpoint.py",
-    "launcher/check/compare.py",
+    "launcher/check/",  # the log reader (it lived in launcher/vllm/) and `check`
     "launcher/plan/machines.py",
     "launcher/model/kv.py",
     "launcher/model/params.py",

@@ -1,4 +1,4 @@
-"""Robustness of launcher/vllm/logs/ against how real vLLM logs reach us.
+"""Robustness of the log reader (launcher/check/) against how real vLLM logs reach us.
 
 Inputs are built from lines copied out of tests/fixtures/logs (never retyped), perturbed the way logs get perturbed
 in the wild: colour codes, process prefixes, docker/journald timestamps, CRLF, terminal/forum wrapping, interleaved

@@ -1,4 +1,4 @@
-"""launcher/vllm/logs/ as data: every pattern's example matches, the pre-filter and the boot stages come from the
+"""launcher/vllm/logs.py as data: every pattern's example matches, the pre-filter and the boot stages come from the
 registry, and the lines vLLM prints for hybrid models (attention + mamba, sliding window + full) are read."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The committed vLLM 0.32 table (launcher/vllm/interface/v0_32_0.py) is what vLLM 0.32's own parser gives now."""
+"""The committed vLLM 0.32 table (launcher/vllm/interface/v0_32_0.json) is what vLLM 0.32's own parser gives now."""
 
 from __future__ import annotations
 
