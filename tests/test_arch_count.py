@@ -94,8 +94,8 @@ def test_plan_predicts_a_hybrid_pool() -> None:
 def test_a_tower_goes_only_when_all_its_modalities_are_off() -> None:
     """vLLM marks Qwen-VL's ViT for image and video, Gemma 4's audio encoder for audio alone."""
     from launcher.model.arch import read_config
-    from launcher.plan.planning import loaded_towers
     from launcher.plan.profiles import profile_from_mapping
+    from launcher.plan.resolve import loaded_towers
     from tests.arch_oracle import load_config
 
     def kept(model: str, limits: dict[str, int]) -> list[str]:

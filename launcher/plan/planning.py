@@ -21,22 +21,9 @@ from launcher.model.modelsource import ModelSource
 from launcher.plan import budget, pipeline
 from launcher.plan.argv import vllm_argv
 from launcher.plan.cache import PlanCache
-from launcher.plan.layers import DRAFTER_METHODS as DRAFTER_METHODS
-from launcher.plan.layers import NO_DRAFTER as NO_DRAFTER
 from launcher.plan.machines import Machine, MemoryReading
 from launcher.plan.profiles import Profile
-from launcher.plan.ranks import OS_RESERVE_DEFAULT as OS_RESERVE_DEFAULT
-from launcher.plan.ranks import OS_RESERVE_FLOOR as OS_RESERVE_FLOOR
-from launcher.plan.ranks import OS_RESERVE_HEADROOM as OS_RESERVE_HEADROOM
-from launcher.plan.resolve import PlanOptions
-from launcher.plan.resolve import check_parallel_sizes as check_parallel_sizes
-from launcher.plan.resolve import cpu_has_avx512_bf16 as cpu_has_avx512_bf16
-from launcher.plan.resolve import is_mtp as is_mtp
-from launcher.plan.resolve import load as load
-from launcher.plan.resolve import loaded_towers as loaded_towers
-from launcher.plan.resolve import stored_format as stored_format
-from launcher.plan.verdict import known_gpus as known_gpus
-from launcher.plan.verdict import served_model as served_model
+from launcher.plan.resolve import PlanOptions, stored_format
 from launcher.vllm import pool as vp
 from launcher.vllm import versions as V
 from launcher.vllm.detect import Detected
