@@ -163,11 +163,6 @@ class EngineAsk:
     hf_quant_config: Mapping[str, Any] | None = None
 
 
-def resolve_engine_args(shape: Model, **ask: Any) -> EngineArgs:
-    """engine_args with the ask given as EngineAsk's fields."""
-    return engine_args(shape, EngineAsk(**ask))
-
-
 def engine_args(shape: Model, ask: EngineAsk) -> EngineArgs:
     """Apply vLLM's defaults as `vllm serve` does (arg_utils: usage context OPENAI_API_SERVER)."""
     engine, version = _engine(ask.version, ask.force_v0, ask.force_v1)
