@@ -6,6 +6,7 @@ group, where a process-group kill cannot reach it) and sleeps.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -57,7 +58,8 @@ def box(tmp_path: Path) -> Iterator[dict[str, Any]]:
     )
     run_dir = tmp_path / "run"
     run_dir.mkdir(mode=0o700)
-    env = {**os.environ, "XDG_RUNTIME_DIR": str(run_dir), "PYTHONUNBUFFERED": "1"}
+    # PYTHONFAULTHANDLER: a serve that hangs prints every thread's stack on SIGABRT (`stop_or_say_where`)
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(run_dir), "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
     started: list[subprocess.Popen[str]] = []
     yield {"profile": profile, "env": env, "logs": tmp_path / "logs", "started": started, "tmp": tmp_path}
     for p in started:
@@ -91,6 +93,18 @@ def wait_for_line(p: subprocess.Popen[str], needle: str, timeout: float = 60) ->
             return seen
     err = p.stderr.read() if p.stderr and p.poll() is not None else ""  # stderr when it is a pipe of its own
     raise AssertionError(f"no {needle!r} in {''.join(seen)[-2000:]} {err[-2000:]}")
+
+
+def stop_or_say_where(p: subprocess.Popen[str], sig: signal.Signals, timeout: float) -> str:
+    """Signal `p` and wait for it; when it hangs, SIGABRT makes it print where each of its threads stands."""
+    p.send_signal(sig)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+        return out
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGABRT)
+        out, _ = p.communicate(timeout=10)
+        raise AssertionError(f"{sig.name} did not stop serve within {timeout:.0f} s: {out[-4000:]}") from None
 
 
 def run_id(box: dict[str, Any]) -> str:
@@ -169,18 +183,46 @@ def test_two_serves_racing_one_launches(box: dict[str, Any]) -> None:
         assert "holds this box" in out or "already run on this box" in out, out[-2000:]
         wait_for_line(winner, "vLLM pid")  # the other one launched
         assert winner.poll() is None
-        winner.send_signal(signal.SIGTERM)
-        try:  # a stop takes about a second; the bound is for a loaded box (a full `make test` beside it)
-            winner.communicate(timeout=90)
-        except subprocess.TimeoutExpired:
-            winner.kill()
-            out, _ = winner.communicate(timeout=10)
-            raise AssertionError(f"SIGTERM did not stop serve within 90 s: {out[-2000:]}") from None
+        # a stop takes about a second; the bound is for a loaded box (a full `make test` beside it)
+        stop_or_say_where(winner, signal.SIGTERM, 90)
         logs = sorted(box["logs"].glob("*.log"))
         assert len(logs) == n + 1  # the refused one wrote no run log
         for log in logs:
             assert sup.run_pids(log.stem) == []
         assert holder(box) is None
+
+
+ESCAPING_VLLM = """#!/bin/sh
+echo "INFO 12-01 10:00:00 [api_server.py:1] vLLM API server version 0.19.0"
+(env -u VLAUNCH_RUN_ID -u VLAUNCH_PID setsid sh -c 'echo $$ > "$0"; exec sleep 60' {pidfile} &)
+echo "INFO escaped"
+exec sleep 300
+"""
+
+
+@pytest.mark.usefixtures("quiet_box")
+@pytest.mark.parametrize("delay", [0.0, 0.5])
+def test_a_writer_that_escaped_the_launch_does_not_hold_the_stop(box: dict[str, Any], delay: float) -> None:
+    """A process that left vLLM's tree without the run's marker and keeps vLLM's output open: nothing of vlaunch
+    can find it, and the stop must not wait on it (nor on the reader of that output)."""
+    pidfile = box["tmp"] / "escaped.pid"
+    exe = box["tmp"] / "bin" / "vllm"
+    exe.write_text(ESCAPING_VLLM.format(pidfile=pidfile))
+    p = start_serve(box)
+    try:
+        wait_for_line(p, "vLLM pid")
+        end = time.monotonic() + 10
+        while not pidfile.exists() and time.monotonic() < end:
+            time.sleep(0.05)
+        time.sleep(delay)
+        t0 = time.monotonic()
+        stop_or_say_where(p, signal.SIGTERM, 30)
+        assert p.returncode == 128 + signal.SIGTERM
+        assert time.monotonic() - t0 < 15  # the supervisor's grace, not the escaped process's 60 s
+        assert holder(box) is None
+    finally:
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
 
 
 def test_ps_marks_an_orphan_and_stop_orphans_stops_it(tmp_path: Path) -> None:

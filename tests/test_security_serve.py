@@ -6,6 +6,7 @@ command (S8), a server's /metrics labels (H4), vLLM's output lines (H6) and a ru
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import os
 import queue
@@ -20,6 +21,8 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import launcher
 from launcher.check.facts import LogFacts
@@ -323,6 +326,53 @@ def test_pump_reads_a_pipe_without_holding_a_line_whole() -> None:
         writer.wait(30)
     first, second, end = q.get_nowait(), q.get_nowait(), q.get_nowait()
     assert len(first) == launch.LINE_CAP + 1 and second == b"ok\n" and end is None
+
+
+def _readline_cut(data: bytes, cap: int) -> list[bytes]:
+    """The cut as `readline(cap)` makes it: the first `cap` bytes of a longer line and a newline; the rest dropped."""
+    stream, out = io.BytesIO(data), []
+    while line := stream.readline(cap):
+        if len(line) >= cap and not line.endswith(b"\n"):
+            while (rest := stream.readline(cap)) and not rest.endswith(b"\n"):
+                pass
+            line += b"\n"
+        out.append(line)
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    data=st.lists(st.sampled_from([b"a", b"bb", b"\n", b"c" * 7, b"\r"]), max_size=60).map(b"".join),
+    cap=st.integers(1, 12),
+    cuts=st.lists(st.integers(0, 400), max_size=8),
+)
+def test_line_cutter_cuts_as_readline_does_wherever_the_chunks_break(data: bytes, cap: int, cuts: list[int]) -> None:
+    edges = sorted({0, len(data), *(c for c in cuts if c < len(data))})
+    cutter, got = launch._LineCutter(cap), []
+    for a, b in itertools.pairwise(edges):
+        got += cutter.feed(data[a:b])
+    if tail := cutter.end():
+        got.append(tail)
+    assert got == _readline_cut(data, cap)
+
+
+def test_a_signal_while_the_supervisor_starts_ends_the_wait_within_a_poll() -> None:
+    r, w = os.pipe()  # a supervisor that never says it runs
+    calls: list[float] = []
+
+    def check() -> None:
+        calls.append(time.monotonic())
+        if len(calls) == 3:
+            raise launch._Stop(signal.SIGTERM)
+
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(launch._Stop):
+            launch._read_ready(r, 30.0, check)
+    finally:
+        os.close(r)
+        os.close(w)
+    assert time.monotonic() - t0 < 3 * launch.PUMP_POLL + 1.0
 
 
 @pytest.mark.usefixtures("quiet_box")

@@ -21,7 +21,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import field
 from pathlib import Path
 from typing import IO, Any
@@ -189,6 +189,40 @@ class _Stop(Exception):
         self.signum = signum
 
 
+class _Trap:
+    """SIGINT, SIGTERM and SIGHUP, noted by the handler; the run raises _Stop at its next safe point (`check`,
+    within half a second). Raised from the handler itself, the exception could land inside a lock, a queue or a
+    buffered write of this process and leave it held, with the stop never said and the box never freed."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.old: dict[signal.Signals, Any] = {}
+
+    def arm(self) -> None:
+        self.old = {s: signal.getsignal(s) for s in self.SIGNALS}
+        for s in self.SIGNALS:
+            signal.signal(s, self._note)
+
+    def _note(self, signum: int, _frame: object) -> None:
+        if self.signum is None:
+            self.signum = signum  # the first signal names the stop
+
+    def check(self) -> None:
+        """_Stop once a signal came."""
+        if self.signum is not None:
+            raise _Stop(self.signum)
+
+    def ignore(self) -> None:
+        for s in self.old:
+            signal.signal(s, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the clean-up
+
+    def restore(self) -> None:
+        for s, handler in self.old.items():
+            signal.signal(s, handler)
+
+
 @dataclass
 class RunResult:
     exit_code: int  # what vlaunch exits with; the record's "exit" is the same number
@@ -233,11 +267,12 @@ def serve(
     lock.update(info)
     options = _Options(verbose, ready_timeout, stop_after_ready, stop_below_bytes)
     run = _Run(plan, lock, info, (log_path, record_path), echo, options)
-    old_handlers = _trap_signals()
+    trap = _Trap()
+    trap.arm()
     run.begin()
     try:
-        proc, mask = run.start(extra_env)
-        run.watch(proc, mask)
+        proc, mask = run.start(extra_env, trap.check)
+        run.watch(proc, mask, trap.check)
         run.ended(proc)
     except _NotStarted as e:
         run.exit_code, run.error = e.code, e.line
@@ -249,11 +284,9 @@ def serve(
         run.record["error"] = " ".join(f"internal error: {e}".split())
         raise
     finally:
-        for signum in old_handlers:
-            signal.signal(signum, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the clean-up
+        trap.ignore()
         run.clean_up()
-        for signum, handler in old_handlers.items():
-            signal.signal(signum, handler)
+        trap.restore()
     return RunResult(run.exit_code, run.record, log_path, record_path, run.error, warning=run.saved.failure)
 
 
@@ -292,18 +325,6 @@ def _new_record(plan: Plan, log_path: Path) -> dict[str, Any]:
         "log": str(log_path),
         "predicted": plan.to_json(),
     }
-
-
-def _trap_signals() -> dict[signal.Signals, Any]:
-    """SIGINT, SIGTERM and SIGHUP raise _Stop from here on; the handlers they had, to put back."""
-    old_handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-
-    def _raise(signum: int, _frame: object) -> None:
-        raise _Stop(signum)
-
-    for signum in old_handlers:
-        signal.signal(signum, _raise)
-    return old_handlers
 
 
 def _vllm_env(
@@ -374,6 +395,8 @@ class _Run:
         self.runtime, self.container = launched
         self.supervisor: Supervisor | None = None
         self.saved = _RecordWriter(self.record_path)
+        self.reader: threading.Thread | None = None  # moves vLLM's output into the watch's queue
+        self.done = threading.Event()  # tells the reader to stop
         # the watch loop's progress
         self.base = ""
         self.dog: Watchdog | None = None
@@ -387,15 +410,19 @@ class _Run:
         self.t_start = time.monotonic()
         self.log_fh = self.log_path.open("ab")
 
-    def start(self, extra_env: dict[str, str] | None) -> tuple[subprocess.Popen[bytes], Masker]:
-        """The supervisor, then vLLM; _NotStarted when either cannot be started."""
+    def start(
+        self, extra_env: dict[str, str] | None, check: Callable[[], None]
+    ) -> tuple[subprocess.Popen[bytes], Masker]:
+        """The supervisor, then vLLM; _NotStarted when either cannot be started, _Stop (from `check`) when a
+        signal came first."""
         # the supervisor first: from here on, whatever way this process ends, nothing of the launch outlives it
         try:
             self.supervisor = Supervisor.start(
-                self.run_id, container=self.container, runtime=self.runtime, record=self.record_path
+                self.run_id, container=self.container, runtime=self.runtime, record=self.record_path, check=check
             )
         except SupervisorError as e:  # nothing is started without it
             raise _NotStarted(pf.EXIT_INTERNAL, e.one_line()) from e
+        check()  # stopped while the supervisor started: vLLM is not started at all
         env = _vllm_env(self.plan, extra_env, self.run_id, self.runtime, self.container)
         mask = Masker.of(self.plan.argv, env)  # vLLM prints its arguments (`non-default args`): not into our log
         self.proc = proc = _spawn(self.plan, env)
@@ -405,11 +432,13 @@ class _Run:
         self.echo(f"vLLM pid {proc.pid}; log {self.log_path}")
         return proc, mask
 
-    def watch(self, proc: subprocess.Popen[bytes], mask: Masker) -> None:
+    def watch(self, proc: subprocess.Popen[bytes], mask: Masker, check: Callable[[], None]) -> None:
         """Move vLLM's lines until it ends, fails, times out, is ready (with stop_after_ready) or the watchdog
-        stops it."""
+        stops it; _Stop (from `check`, called at least every half second) when a signal came."""
         lines: queue.Queue[bytes | None] = queue.Queue(maxsize=10000)
-        reader = threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True)
+        self.reader = reader = threading.Thread(
+            target=_pump, args=(proc.stdout, lines, LINE_CAP, self.done), daemon=True
+        )
         reader.start()
         vllm = self.plan.profile.vllm
         self.base = f"http://{_connect_host(vllm.host)}:{vllm.port}"
@@ -417,6 +446,7 @@ class _Run:
         stop_below = self.options.stop_below_bytes
         self.dog = Watchdog(reserve, stop_below) if reserve or stop_below is not None else None
         while True:
+            check()
             raw = _next_line(lines)
             if raw is None:
                 break
@@ -536,9 +566,12 @@ class _Run:
         self.known = _merge(self.known, guard.descendants(proc.pid))
         leftover = _stop_launch(proc.pid, self.vllm_started, self.known, self.run_id, (self.runtime, self.container))
         self.record["vllm_exit"] = self.vllm_rc  # None: vLLM was running and vlaunch stopped it
-        if proc.stdout is not None:
+        self.done.set()
+        if self.reader is not None:
+            self.reader.join(timeout=2.0)  # it looks at `done` every PUMP_POLL seconds
+        if proc.stdout is not None and (self.reader is None or not self.reader.is_alive()):
             with contextlib.suppress(OSError):
-                proc.stdout.close()  # the reader thread ends on it (vLLM's side is gone)
+                proc.stdout.close()
         return leftover
 
 
@@ -616,8 +649,17 @@ class Supervisor:
     fd: int
 
     @classmethod
-    def start(cls, run_id: str, *, container: str | None, record: Path, runtime: str = "docker") -> Supervisor:
-        """Start it and wait until it says it runs (on a pipe of its own); SupervisorError when it does not."""
+    def start(
+        cls,
+        run_id: str,
+        *,
+        container: str | None,
+        record: Path,
+        runtime: str = "docker",
+        check: Callable[[], None] = lambda: None,
+    ) -> Supervisor:
+        """Start it and wait until it says it runs (on a pipe of its own); SupervisorError when it does not.
+        `check` is called while it waits (a signal's _Stop)."""
         r, w = os.pipe()  # both ends close-on-exec: only the supervisor gets `r` (pass_fds), vLLM neither
         ready_r, ready_w = os.pipe()
         package = Path(sup.__file__).resolve().parent.parent  # launcher/, which the boot loads as `launcher`
@@ -640,7 +682,7 @@ class Supervisor:
             finally:
                 os.close(r)
                 os.close(ready_w)
-            said = _read_ready(ready_r, SUPERVISOR_READY_SECONDS)
+            said = _read_ready(ready_r, SUPERVISOR_READY_SECONDS, check)
             if said != sup.READY:
                 why = "it exited" if proc.poll() is not None else f"no word within {SUPERVISOR_READY_SECONDS:.0f} s"
                 raise SupervisorError(f"the supervisor process did not start ({why}); nothing was launched")
@@ -668,14 +710,16 @@ class Supervisor:
             self.proc.wait(5)
 
 
-def _read_ready(fd: int, timeout: float) -> bytes:
-    """What the supervisor writes on its ready pipe before it closes it (or dies), read for up to `timeout` s."""
+def _read_ready(fd: int, timeout: float, check: Callable[[], None]) -> bytes:
+    """What the supervisor writes on its ready pipe before it closes it (or dies), read for up to `timeout` s;
+    `check` is called every PUMP_POLL seconds (it raises to stop the wait)."""
     got = b""
     end = time.monotonic() + timeout
     while got != sup.READY and len(got) < 64 and (left := end - time.monotonic()) > 0:
-        readable, _, _ = select.select([fd], [], [], left)
+        check()
+        readable, _, _ = select.select([fd], [], [], min(left, PUMP_POLL))
         if not readable:
-            break
+            continue
         chunk = os.read(fd, 64)
         if not chunk:
             break
@@ -799,20 +843,88 @@ LINE_CAP = STREAM_LINE_CAP
 """The most of one line of vLLM's output read, logged and parsed; the rest of a longer line is dropped unread."""
 
 
-def _pump(stream: IO[bytes] | None, q: queue.Queue[bytes | None], cap: int = LINE_CAP) -> None:
+PUMP_POLL = 0.2
+"""How often (seconds) the reader of vLLM's output looks whether the run is done, when vLLM says nothing."""
+
+
+def _pump(
+    stream: IO[bytes] | None, q: queue.Queue[bytes | None], cap: int = LINE_CAP, done: threading.Event | None = None
+) -> None:
     """Queue vLLM's output a line at a time, each line cut at `cap` bytes (and ended with a newline): a process
-    that writes without newlines cannot grow this one."""
-    if stream is None:
-        q.put(None)
-        return
+    that writes without newlines cannot grow this one. Ends (with None queued) at the end of the output, or within
+    PUMP_POLL seconds once `done` is set: a process that kept the pipe open (a daemonised child) cannot keep it."""
+    cutter = _LineCutter(cap)
     with contextlib.suppress(ValueError, OSError):
-        while line := stream.readline(cap):
-            if len(line) >= cap and not line.endswith(b"\n"):
-                while (rest := stream.readline(cap)) and not rest.endswith(b"\n"):
-                    pass  # the rest of an over-long line: read and dropped, never held whole
-                line += b"\n"
-            q.put(line)
-    q.put(None)
+        for chunk in _chunks(stream, done or threading.Event()):
+            for line in cutter.feed(chunk):
+                if not _put(q, line, done):
+                    return
+    tail = cutter.end()
+    if tail and not _put(q, tail, done):
+        return
+    _put(q, None, done)
+
+
+def _chunks(stream: IO[bytes] | None, done: threading.Event) -> Iterator[bytes]:
+    """What `stream` says, as it comes: a pipe read unbuffered, with a look at `done` every PUMP_POLL seconds."""
+    if stream is None:
+        return
+    try:
+        fd = stream.fileno()
+    except (OSError, AttributeError):  # a stream without a descriptor (io.UnsupportedOperation is an OSError)
+        yield from iter(lambda: stream.read(1 << 16), b"")
+        return
+    while not done.is_set():
+        ready, _, _ = select.select([fd], [], [], PUMP_POLL)
+        if ready:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return
+            yield chunk
+
+
+def _put(q: queue.Queue[bytes | None], item: bytes | None, done: threading.Event | None) -> bool:
+    """Queue `item`, waiting while the queue is full; False when the run is done first."""
+    while True:
+        try:
+            q.put(item, timeout=PUMP_POLL)
+            return True
+        except queue.Full:
+            if done is not None and done.is_set():
+                return False
+
+
+class _LineCutter:
+    """Bytes into lines of at most `cap` bytes with their newline; the rest of a longer line is dropped as it
+    comes, never held whole."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.buf = bytearray()
+        self.dropping = False  # inside the rest of an over-long line
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        out: list[bytes] = []
+        parts = chunk.split(b"\n")
+        for i, part in enumerate(parts):
+            ended = i < len(parts) - 1  # a newline followed this part
+            if self.dropping:
+                self.dropping = not ended
+                continue
+            self.buf += part
+            if ended and len(self.buf) < self.cap:  # a whole line, its newline within the cap
+                out.append(bytes(self.buf) + b"\n")
+            elif len(self.buf) >= self.cap:  # cut: the first `cap` bytes, the rest dropped up to the newline
+                out.append(bytes(self.buf[: self.cap]) + b"\n")
+                self.dropping = not ended
+            else:
+                continue
+            self.buf.clear()
+        return out
+
+    def end(self) -> bytes:
+        """What is left without a newline when the output ends."""
+        return bytes(self.buf)
 
 
 def _merge(a: list[psutil.Process], b: list[psutil.Process]) -> list[psutil.Process]:
