@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
@@ -396,3 +397,59 @@ def test_every_format_prices_scalars_and_stacked_experts() -> None:
     d = fit_json(str(extra / "granitemoehybrid--granite-4.0-h-small.json"), "--machine", "spark", "--context", "8192")
     bf16, mxfp4 = one_gpu(d, "bf16", "auto")["weights_bytes"], one_gpu(d, "mxfp4", "auto")["weights_bytes"]
     assert mxfp4 < 0.4 * bf16
+
+
+# --- fit takes what plan takes --------------------------------------------------------------------------------------
+
+# plan's options fit has no use for, each with why; every other option of plan's must be fit's too, spelt the same
+PLAN_ONLY = {
+    "ascii_bar": "draws plan's one memory bar",
+    "explain": "prints plan's pipeline steps",
+    "words": "plan's pasted `vllm serve …` command; fit reads vLLM's words after `--` (VllmCommand)",
+}
+
+
+def test_fit_takes_every_option_plan_takes() -> None:
+    ctx = click.Context(main)
+    plan_cmd, fit_cmd = main.get_command(ctx, "plan"), main.get_command(ctx, "fit")
+    assert plan_cmd is not None and fit_cmd is not None
+    fit_params = {p.name: p for p in fit_cmd.params}
+    walked = 0
+    for p in plan_cmd.params:
+        if p.name in PLAN_ONLY:
+            continue
+        walked += 1
+        assert p.name in fit_params, f"plan takes {p.opts} and fit does not"
+        assert set(p.opts) | set(p.secondary_opts) == set(fit_params[p.name].opts) | set(
+            fit_params[p.name].secondary_opts
+        ), p.name
+    assert walked > 40  # every profile field with flags, and the model, memory and output options
+
+
+@pytest.mark.parametrize("free_gib", ["12", "40"])
+def test_free_gib_plans_every_row_as_plan_does(free_gib: str) -> None:
+    args = ["--model", LLAMA8B, *H100, "--users", "1", "--context", "8192", "--free-gib", free_gib]
+    d = fit_json(*args)
+    assert d["options"]
+    for row in d["options"][:8]:
+        theirs = plan_json("--model", LLAMA8B, *H100, "--free-gib", free_gib, *row["flags"])
+        assert theirs["gpu_memory_utilization"] == row["gpu_memory_utilization"], row["flags"]
+        assert (theirs["failure"] is None) == row["fits"], row["flags"]
+    # the utilization keeps to vLLM's start-up check against the free memory given
+    fitting = [o for o in d["options"] if o["fits"]]
+    assert all(o["gpu_memory_utilization"] * 80 <= float(free_gib) for o in fitting)
+    if free_gib == "12":  # 12 GiB free on an 80 GiB card: 16-bit weights of an 8B model cannot load
+        assert not any(o["format"] == "bf16" and o["fits"] for o in d["options"])
+
+
+def test_fit_passes_calibration_and_free_memory_to_the_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, Any] = {}
+    real = F.search
+
+    def spy(*a: Any, **k: Any) -> Any:
+        seen.update(k)
+        return real(*a, **k)
+
+    monkeypatch.setattr(F, "search", spy)
+    fit_json("--model", LLAMA8B, *H100, "--users", "1", "--context", "8192", "--free-gib", "30", "--no-calibration")
+    assert seen["free_bytes"] == 30 * GiB and seen["use_calibration"] is False

@@ -108,7 +108,10 @@ def fit(
         raise click.UsageError("Missing argument 'MODEL' (a repo id, directory, config.json or profile) or --model")
     flags = {**flags, "max_model_len": None}
     base = _fit_base(model_arg, flags)
-    options = {"gpus": gpus, "max_nodes": max_nodes, "bandwidth_gbs": memory_bandwidth_gbs}
+    from launcher.common.units import gib_to_bytes
+
+    free_bytes = None if free_gib is None else gib_to_bytes(free_gib)
+    options = {"gpus": gpus, "max_nodes": max_nodes, "bandwidth_gbs": memory_bandwidth_gbs, "free_bytes": free_bytes}
     result = _search(base, flags, target_context, compare, formats_, use_calibration=not no_calibration, **options)
     written = _write_outputs(result, base, flags, write_profile, pick, html_path, force)
     _show_fit(result, written, html_path, as_json=as_json, top=None if show_all else top)

@@ -366,10 +366,18 @@ def speculative_choices(shape: Model, pinned: tuple[tuple[str, Any], ...] | None
 class _Planner:
     """Plans of one base profile with options applied, each made once."""
 
-    def __init__(self, base: Profile, use_calibration: bool, detect: bool = False, cache: PlanCache | None = None):
+    def __init__(
+        self,
+        base: Profile,
+        use_calibration: bool,
+        detect: bool = False,
+        cache: PlanCache | None = None,
+        free_bytes: int | None = None,
+    ):
         self.base = base
         self.use_calibration = use_calibration
         self.detect = detect
+        self.free_bytes = free_bytes  # memory free at launch on this machine, as `plan --free-gib` takes it
         self.cache = PlanCache() if cache is None else cache
         self.profiles: dict[Option, Profile] = {}
         self.plans: dict[tuple[Option, int, int], Plan] = {}
@@ -383,7 +391,9 @@ class _Planner:
         key = (o, length, users)
         if key not in self.plans:
             p = dataclasses.replace(self.profile(o), max_model_len=length, users=users)
-            self.plans[key] = make_plan(p, use_calibration=self.use_calibration, detect=self.detect, cache=self.cache)
+            self.plans[key] = make_plan(
+                p, free_bytes=self.free_bytes, use_calibration=self.use_calibration, detect=self.detect, cache=self.cache
+            )
         return self.plans[key]
 
 
@@ -606,9 +616,11 @@ def search(
     bandwidth_gbs: float | None = None,
     use_calibration: bool = True,
     detect: bool = False,
+    free_bytes: int | None = None,
 ) -> Fit:
     """Every option on every machine, planned and ranked; the first row of each machine is marked chosen.
-    `detect`: the launch's python may be run to read its vLLM version (--detect-version)."""
+    `detect`: the launch's python may be run to read its vLLM version (--detect-version). `free_bytes`: memory free
+    at launch on the first machine (`--free-gib`); the machines compared with it are planned empty."""
     started = time.perf_counter()
     search = _Search(target, gpus, max_nodes, formats_allowed, pinned or {}, bandwidth_gbs, use_calibration, detect)
     rows: list[Row] = []
@@ -619,9 +631,14 @@ def search(
     cache = PlanCache()  # the model's work, shared by every plan of the search
     for i, name in enumerate(dict.fromkeys(machines)):
         prof = base if i == 0 else base.with_overrides(machine=name, gpu_memory_gib=None)
-        planner = _Planner(prof, use_calibration, detect, cache)
+        free = free_bytes if i == 0 else None
+        planner = _Planner(prof, use_calibration, detect, cache, free)
         probe = make_plan(
-            dataclasses.replace(prof, max_model_len=target.context, users=target.users or 1), detect=detect, cache=cache
+            dataclasses.replace(prof, max_model_len=target.context, users=target.users or 1),
+            free_bytes=free,
+            use_calibration=use_calibration,
+            detect=detect,
+            cache=cache,
         )
         first = first or probe
         machine_list.append(probe.machine)
