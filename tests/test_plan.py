@@ -99,8 +99,9 @@ def test_tier_a_exact_pool(row) -> None:
 def test_tier_b_accuracy() -> None:
     s = summary(tier_b())
     assert s["n"] >= 15
-    assert s["median"] <= 0.02
-    assert s["p90"] <= 0.05
+    # the launch facts alone (machine, version, flags, nodes): median within 0.5 %, p90 within 2 %
+    assert s["median"] <= 0.005
+    assert s["p90"] <= 0.02
 
 
 @pytest.mark.parametrize("case", cases()["failure"], ids=lambda c: c["id"])

@@ -519,7 +519,8 @@ def test_w4_no_group_is_signalled_unless_a_proven_process_leads_it(monkeypatch: 
     monkeypatch.setattr(os, "killpg", lambda g, s: sent.append((g, s)))
     # a child in our own process group: its group is ours, never signalled
     p = subprocess.Popen(["sleep", "300"])
-    q = subprocess.Popen(["sleep", "300"], start_new_session=True)  # leads its own group
+    # leads its own group; it ignores SIGTERM, so it still runs (and proves its group) when the group is signalled
+    q = subprocess.Popen(["sh", "-c", "trap '' TERM; exec sleep 300"], start_new_session=True)
     deadline = time.monotonic() + 10
     while os.getpgid(q.pid) != q.pid and time.monotonic() < deadline:  # the child calls setsid() after the fork
         time.sleep(0.01)

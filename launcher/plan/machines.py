@@ -56,6 +56,9 @@ class Machine:
     bandwidth_bytes_per_s: int | None = None
     """Peak memory bandwidth per GPU (bytes/s, decimal as vendors state it): the roof of decode speed."""
     bandwidth_source: str = ""
+    interconnect: Interconnect = "pcie"
+    """How this box's GPUs talk to each other (tensor parallel's all-reduce): it sizes NCCL's buffers."""
+    interconnect_source: str = "not stated: planned as PCIe"
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -69,6 +72,8 @@ class Machine:
             "compute_capability": self.compute_capability,
             "bandwidth_bytes_per_s": self.bandwidth_bytes_per_s,
             "bandwidth_source": self.bandwidth_source,
+            "interconnect": self.interconnect,
+            "interconnect_source": self.interconnect_source,
         }
 
 
@@ -82,6 +87,7 @@ def _gpu(
     bandwidth_gbs: float,
     bandwidth_source: str,
     unified: bool = False,
+    interconnect: tuple[Interconnect, str] = ("pcie", "consumer and PCIe cards: no NVLink between GPUs"),
 ) -> Machine:
     return Machine(
         name,
@@ -93,9 +99,27 @@ def _gpu(
         compute_capability=cc,
         bandwidth_bytes_per_s=round(bandwidth_gbs * 10**9),
         bandwidth_source=bandwidth_source,
+        interconnect=interconnect[0],
+        interconnect_source=interconnect[1],
     )
 
 
+Interconnect = Literal["nvswitch", "nvlink", "pcie", "network", "none"]
+"""How tensor-parallel ranks reach each other: NVLink through NVSwitch with NVLink SHARP (HGX H100/H200), NVLink
+(HGX A100), PCIe, a network between boxes (one GPU per box: the DGX Spark; any TP group spanning nodes), or none
+(one device)."""
+INTERCONNECTS: tuple[Interconnect, ...] = get_args(Interconnect)
+
+_NVSWITCH: tuple[Interconnect, str] = (
+    "nvswitch",
+    "HGX H100/H200 boards: NVLink 4 through NVSwitch, where NCCL uses NVLink SHARP (NVLS)",
+)
+_NVLINK: tuple[Interconnect, str] = (
+    "nvlink",
+    "HGX A100 boards: NVLink 3 (PCIe cards, which have none, are planned alike)",
+)
+
+_CPU_LINK = "CPU backend: tensor-parallel ranks share the box's memory"
 _NOT_MEASURED = "commonly reported cudaMemGetInfo/torch total for this card; not measured here"
 
 CATALOG: dict[str, Machine] = {
@@ -110,6 +134,7 @@ CATALOG: dict[str, Machine] = {
             unified=True,
             bandwidth_gbs=273,
             bandwidth_source="NVIDIA DGX Spark specifications: 128 GB LPDDR5x, 273 GB/s",
+            interconnect=("network", "one GB10 per box: tensor parallel runs between Sparks over ConnectX-7"),
         ),
         _gpu(
             "h100-80gb",
@@ -119,6 +144,7 @@ CATALOG: dict[str, Machine] = {
             "from vLLM logs' 'Free memory on device (78.68/79.19 GiB)' line (shared/vllm-logs, H100 80GB runs)",
             bandwidth_gbs=3350,
             bandwidth_source="NVIDIA H100 datasheet: H100 SXM 3.35 TB/s (PCIe 2.0 TB/s)",
+            interconnect=_NVSWITCH,
         ),
         _gpu(
             "h200",
@@ -128,6 +154,7 @@ CATALOG: dict[str, Machine] = {
             "placeholder, to be measured",
             bandwidth_gbs=4800,
             bandwidth_source="NVIDIA H200 datasheet: 4.8 TB/s",
+            interconnect=_NVSWITCH,
         ),
         _gpu(
             "a100-80gb",
@@ -137,6 +164,7 @@ CATALOG: dict[str, Machine] = {
             _NOT_MEASURED,
             bandwidth_gbs=2039,
             bandwidth_source="NVIDIA A100 datasheet: 80GB SXM 2,039 GB/s (PCIe 1,935 GB/s)",
+            interconnect=_NVLINK,
         ),
         _gpu(
             "a100-40gb",
@@ -146,6 +174,7 @@ CATALOG: dict[str, Machine] = {
             "typical torch OOM message 'total capacity of 39.39 GiB' (A100 40GB); not measured here",
             bandwidth_gbs=1555,
             bandwidth_source="NVIDIA A100 datasheet: 40GB 1,555 GB/s",
+            interconnect=_NVLINK,
         ),
         _gpu(
             "l40s",
@@ -312,7 +341,8 @@ def get_machine(name: str, *, gpu_memory_gib: float | None = None) -> Machine:
         if gpu_memory_gib is None:
             raise MachineError("machine 'cpu' is read from this machine (machine_for_plan), or give gpu_memory_gib")
         total = _check_gib(gpu_memory_gib)
-        return Machine("cpu", "CPU backend", total, True, "cpu", source=f"given as gpu_memory_gib={gpu_memory_gib:g}")
+        return Machine("cpu", "CPU backend", total, True, "cpu", source=f"given as gpu_memory_gib={gpu_memory_gib:g}",
+                       interconnect="none", interconnect_source=_CPU_LINK)  # fmt: skip
     if key == "auto":
         raise MachineError("machine 'auto' is detected on this machine; use detect() or machine_for_plan('auto')")
     prefixed = [n for n in MACHINE_NAMES if key and n.startswith(key)]
@@ -510,6 +540,8 @@ def _cpu_machine(reading: MemoryReading, sys_root: Path) -> Machine:
         True,
         "cpu",
         source=reading.source,
+        interconnect="none",
+        interconnect_source=_CPU_LINK,
     )
 
 

@@ -113,7 +113,30 @@ class Plan:
             "vllm_request": {k: list(v) if isinstance(v, tuple) else v for k, v in self.request.items()},
             "vllm_env": self.shown_env,
             "predicted_log_line": vp.format_tokens_line(p.pool, p.args.max_model_len, p.args.version, p.args.platform),
+            **_terms_json(self),
         }
+
+
+def _terms_json(plan: Plan) -> dict[str, Any]:
+    """The bottleneck rank's memory besides KV as named terms, and what it adds once the pool is carved."""
+    steps = plan.steps
+    if steps is None:
+        return {"non_kv_terms": [], "post_pool": None}
+    from launcher.plan.buckets import tp_link
+    from launcher.plan.terms import TermSource, non_kv_terms, post_pool
+
+    worst = steps.verdict.worst
+    req, rb = steps.buckets.requests[worst], steps.buckets.ranks[worst]
+    slots = steps.weights.slots
+    _, link_basis = tp_link(steps.request, slots, slots[worst])
+    reserve: TermSource = "given" if plan.profile.os_reserve_gib != "auto" else "default"
+    if reserve == "default" and plan.reading is not None and plan.machine.unified:
+        reserve = "measured"
+    terms = non_kv_terms(req, rb, link_basis, reserve)
+    return {
+        "non_kv_terms": [t.to_json() for t in terms],
+        "post_pool": post_pool(rb, plan.prediction.requested_bytes),
+    }
 
 
 def _figures_json(plan: Plan) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from launcher.common.records import dataclass
 from launcher.common.units import human_readable_int, parse_size
 from launcher.model.formats import ALIASES, FORMATS
 from launcher.model.kv import KV_CACHE_DTYPES
-from launcher.plan.machines import MACHINE_ALIASES, MACHINE_NAMES, MachineName
+from launcher.plan.machines import INTERCONNECTS, MACHINE_ALIASES, MACHINE_NAMES, Interconnect, MachineName
 
 if TYPE_CHECKING:
     import yaml
@@ -138,6 +138,7 @@ class Profile:
     users: int = 1
     machine: MachineName = "auto"
     gpu_memory_gib: float | None = None
+    interconnect: Interconnect | Auto = "auto"  # how the GPUs of one box reach each other (auto: the machine's)
     os_reserve_gib: float | Auto = "auto"
     gpu_memory_utilization: float | Auto = "auto"
     biggest_pool: bool = False
@@ -1009,6 +1010,10 @@ FIELDS: tuple[FieldSpec, ...] = (
     _F("gpu_memory_gib", lambda v, p, c: _float(v, p, c, optional=True, positive=True),
        "Total memory per GPU in GiB, overriding the machine preset (needed for machine cuda).",
        ("--gpu-memory-gib",), cli_type="float", metavar="GIB"),
+    _F("interconnect", lambda v, p, c: _choice(v, p, c, ("auto", *INTERCONNECTS)),
+       "How this box's GPUs reach each other, which sizes tensor parallel's NCCL buffers: nvswitch (HGX H100/H200), "
+       "nvlink (HGX A100), pcie, network (TP between boxes) or none (auto: the machine's).",
+       ("--interconnect",), metavar="LINK"),
     _F("os_reserve_gib", lambda v, p, c: _float(v, p, c, auto=True),
        "GiB kept free for the OS and other processes on unified memory (auto: per machine).",
        ("--os-reserve-gib",), metavar="GIB|auto"),
