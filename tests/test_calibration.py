@@ -104,21 +104,47 @@ def test_machine_key_matches_catalog_totals(name: str) -> None:
     assert calibration.machine_key(name, round(50.00 * 2**30)) == "cuda-50.00GiB"
 
 
-def test_cpu_worker_running_mean_and_match() -> None:
+def test_cpu_worker_median_and_match() -> None:
     a = calibration.record_cpu_worker("cpu", "0.32.0", "/v/bin/python", 700 * 2**20, "run 1")
     b = calibration.record_cpu_worker("cpu", "0.32.0", "/v/bin/python", 710 * 2**20, "run 2")
     assert (a.runs, b.runs) == (1, 2) and b.base_bytes == 705 * 2**20
     assert calibration.lookup_cpu_worker("cpu", "0.32.0", "/v/bin/python") == (b, ())
     assert calibration.lookup_cpu_worker("cpu", "0.31.0", "/v/bin/python") == (None, ())  # another version
     assert calibration.lookup_cpu_worker("cpu", "0.32.0", "/other/python") == (None, ())  # another install
-    # a family's own runs win over the install's mean; other families fall back to it
+    # a family's own runs win over the install's; other families fall back to the install's median, which one
+    # unlike run (gemma3n's 900 MiB) does not pull
     c = calibration.record_cpu_worker("cpu", "0.32.0", "/v/bin/python", 900 * 2**20, "gemma3n", family="gemma3n")
     assert c.base_bytes == 900 * 2**20
     assert calibration.lookup_cpu_worker("cpu", "0.32.0", "/v/bin/python", family="gemma3n") == (c, ())
     llama = calibration.lookup_cpu_worker("cpu", "0.32.0", "/v/bin/python", family="llama")[0]
-    assert llama is not None and llama.base_bytes == 770 * 2**20
+    assert llama is not None and llama.base_bytes == 710 * 2**20 and llama.runs == 3
+    assert llama.spread_bytes == 200 * 2**20 and llama.sources == ("run 1", "run 2", "gemma3n")
     text = calibration.calibration_path().read_text()
     assert text.startswith("# vlaunch calibration") and "cpu_worker" in text
+
+
+def test_cpu_worker_from_like_runs() -> None:
+    """Runs at unlike budgets are not averaged into the next plan's: the worker's memory moves with the budget."""
+    G, M = 2**30, 2**20
+    for budget, base in ((2 * G, 760 * M), (4 * G, 770 * M), (8 * G, 820 * M), (9 * G, 830 * M)):
+        calibration.record_cpu_worker("cpu", "0.32.0", "/v/bin/python", base, f"run at {budget // G} GiB",
+                                      budget_bytes=budget)  # fmt: skip
+    near = calibration.lookup_cpu_worker("cpu", "0.32.0", "/v/bin/python", budget_bytes=round(8.5 * G))[0]
+    assert near is not None and near.base_bytes == 825 * M and near.runs == 2
+    assert near.sources == ("run at 8 GiB", "run at 9 GiB") and "median of 2 run(s)" in near.describe()
+    small = calibration.lookup_cpu_worker("cpu", "0.32.0", "/v/bin/python", budget_bytes=3 * G)[0]
+    assert small is not None and small.base_bytes == 765 * M and small.runs == 2  # the 2 and 4 GiB runs
+    unknown = calibration.lookup_cpu_worker("cpu", "0.32.0", "/v/bin/python")[0]
+    assert unknown is not None and unknown.runs == 4 and unknown.base_bytes == 795 * M
+    far = calibration.lookup_cpu_worker("cpu", "0.32.0", "/v/bin/python", budget_bytes=64 * G)[0]
+    assert far is not None and far.runs == 4  # none alike: every run, said as such in the note
+
+
+def test_cpu_worker_keeps_the_newest_runs() -> None:
+    for i in range(calibration.KEEP_SAMPLES + 5):
+        calibration.record_cpu_worker("cpu", "0.32.0", "/v/bin/python", (700 + i) * 2**20, f"run {i}")
+    w = calibration.lookup_cpu_worker("cpu", "0.32.0", "/v/bin/python")[0]
+    assert w is not None and w.runs == calibration.KEEP_SAMPLES and w.sources[0] == "run 5"
 
 
 def test_cpu_worker_from_log_arithmetic() -> None:

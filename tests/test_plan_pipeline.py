@@ -131,7 +131,7 @@ def test_buckets_step(llama: Plan, qwen_pp2: Plan) -> None:
     (req,), (rb,) = steps_of(llama).buckets.requests, steps_of(llama).buckets.ranks
     assert req.gpu_memory_utilization is None  # chosen by the verdict
     act = rb.activation
-    assert act.peak == max(act.forward, act.sampler, act.encoder)
+    assert act.peak == max(act.forward, act.sampler + act.moe_workspace, act.encoder)
     assert rb.overhead_bytes == rb.non_torch_bytes + rb.cudagraph_bytes + rb.context_bytes
     # a discrete GPU with vLLM 0.20+: the CUDA-graph estimate is inside the budget, the context outside
     assert rb.non_kv_in_budget == rb.weights_bytes + act.peak + rb.non_torch_bytes + rb.cudagraph_bytes
@@ -140,7 +140,10 @@ def test_buckets_step(llama: Plan, qwen_pp2: Plan) -> None:
     first, last = steps_of(qwen_pp2).buckets.ranks
     assert first.activation.sampler == 0 < last.activation.sampler  # the sampler warms up on the last stage only
     hidden = 2 * 8192 * 2048 * 2  # stage 1 receives hidden states and residual: 2 × tokens × hidden × 2 bytes
-    assert last.activation.peak == max(last.activation.forward, last.activation.sampler) + hidden
+    # 0.13+: the sampler runs beside the fused-MoE workspace the forward left
+    kept = last.activation.moe_workspace
+    assert kept == 2 * 8192 * 8 * (2048 + 2048)  # bf16 × tokens × top-k × (max(768, 2048) + max(1536, 2048))
+    assert last.activation.peak == max(last.activation.forward, last.activation.sampler + kept) + hidden
 
 
 def test_verdict_step(llama: Plan) -> None:

@@ -13,11 +13,12 @@ import json
 import re
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import pytest
 import yaml
+from click.testing import CliRunner
 
+from launcher.cli import main
 from launcher.common.units import GiB
 from launcher.plan.planning import Plan, make_plan, profile_from_flags
 
@@ -90,11 +91,11 @@ def plan_run(name: str, run: str, cpu_rss_bytes: int | None = None) -> Plan:
             fields[key] = f[key]
     if "no_enable_prefix_caching" in f:
         fields["enable_prefix_caching"] = False
-    prof = profile_from_flags(None, str(ROOT / name / "config.json"), **fields)
     # The boots ran on a CPU with AVX512-BF16 (their logs say "Reset SSM cache type to float32"); plan for that
     # CPU, whatever CPU runs the tests.
-    with mock.patch("launcher.plan.resolve.cpu_has_avx512_bf16", return_value=True):
-        return make_plan(prof, live=False, use_calibration=False, cpu_rss_bytes=cpu_rss_bytes)
+    fields["cpu_bf16"] = True
+    prof = profile_from_flags(None, str(ROOT / name / "config.json"), **fields)
+    return make_plan(prof, live=False, use_calibration=False, cpu_rss_bytes=cpu_rss_bytes)
 
 
 @pytest.mark.parametrize(("name", "run"), [r for r in RUNS if not r[1].startswith("util")])
@@ -223,3 +224,32 @@ def test_calibrated_family_within_a_fraction_of_a_percent(name: str) -> None:
     plan = plan_run(name, "util60", cpu_rss_bytes=base + first.weights_bytes)
     logged = r["kv_cache_tokens"][-1]
     assert abs(plan.prediction.pool.tokens - logged) <= 0.003 * logged, (plan.prediction.pool.tokens, logged)
+
+
+MAMBA2 = ROOT / "mamba2"
+
+
+def _check(*args: str) -> dict[str, Any]:
+    r = CliRunner().invoke(main, ["check", str(MAMBA2 / "kvbytes.log"), "--config", str(MAMBA2 / "config.json"),
+                                  *args, "--json"])  # fmt: skip
+    assert r.exit_code in (0, 3), r.stderr
+    rows: dict[str, Any] = json.loads(r.stdout)["diff"]["rows"]
+    return rows
+
+
+def test_check_takes_the_cpu_isa_from_the_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The log was written on a CPU with AVX512-BF16 ("Reset SSM cache type to float32"); checked on a box
+    without it, the plan still keeps the SSM state in float32, as that vLLM did."""
+    monkeypatch.setattr("launcher.plan.resolve.cpu_has_avx512_bf16", lambda: False)
+    rows = _check()
+    assert rows["kv_pool_tokens"]["predicted"] == rows["kv_pool_tokens"]["logged"] == 684032
+    other = _check("--no-cpu-bf16")  # said otherwise: the state in the model's dtype, smaller pages, more tokens
+    assert other["kv_pool_tokens"]["predicted"] > 684032
+
+
+def test_cpu_bf16_is_a_fact_of_the_plan_not_of_the_planning_box(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("launcher.plan.resolve.cpu_has_avx512_bf16", lambda: True)
+    flags = {"machine": "cpu", "gpu_memory_gib": 16.0, "max_model_len": 4096, "dtype": "bfloat16"}
+    on = make_plan(profile_from_flags(None, str(MAMBA2 / "config.json"), **flags), live=False)
+    off = make_plan(profile_from_flags(None, str(MAMBA2 / "config.json"), cpu_bf16=False, **flags), live=False)
+    assert on.prediction.state_bytes_per_request > off.prediction.state_bytes_per_request

@@ -122,6 +122,8 @@ def flags_from_log(f: LogFacts) -> dict[str, Any]:
         out["quantization"] = f.quantization
     if f.enforce_eager:
         out["enforce_eager"] = True
+    if f.ssm_cache_dtype_reset == "float32":  # the CPU build resets it on a CPU with AVX512-BF16 (platforms/cpu.py)
+        out["cpu_bf16"] = True
     return out
 
 

@@ -3,6 +3,8 @@ terms calibrated from earlier runs of this vLLM on this machine, and what of the
 
 from __future__ import annotations
 
+import math
+
 from launcher.common.records import dataclass
 from launcher.common.units import gib_to_bytes
 from launcher.plan import budget
@@ -90,10 +92,12 @@ def calibration(r: Request, cache: PlanCache) -> Calibration:
     (no fixed overhead given); none with --no-calibration."""
     profile, machine, version, use = r.profile, r.machine, r.version, r.options.use_calibration
     if r.platform == "cpu" and r.options.cpu_rss_bytes is None and use:
+        util = profile.gpu_memory_utilization
+        budget_ = None if util == "auto" else math.ceil(machine.total_bytes * float(util))  # like runs: this budget
         worker, notes = cache.get(
-            ("cpu_worker", version, profile.vllm.python, r.shape.family, machine.total_bytes),
+            ("cpu_worker", version, profile.vllm.python, r.shape.family, machine.total_bytes, budget_),
             lambda: lookup_cpu_worker("cpu", V.fmt_version(version), profile.vllm.python, family=r.shape.family,
-                                      total_bytes=machine.total_bytes),
+                                      total_bytes=machine.total_bytes, budget_bytes=budget_),
         )  # fmt: skip
         return Calibration(cpu_worker=worker, notes=notes)
     if r.platform != "cuda" or not use or profile.overhead_gib is not None:

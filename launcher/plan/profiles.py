@@ -139,6 +139,7 @@ class Profile:
     machine: MachineName = "auto"
     gpu_memory_gib: float | None = None
     interconnect: Interconnect | Auto = "auto"  # how the GPUs of one box reach each other (auto: the machine's)
+    cpu_bf16: bool | None = None  # CPU backend: the CPU has AVX512-BF16 (None: read from this box)
     os_reserve_gib: float | Auto = "auto"
     gpu_memory_utilization: float | Auto = "auto"
     biggest_pool: bool = False
@@ -1014,6 +1015,10 @@ FIELDS: tuple[FieldSpec, ...] = (
        "How this box's GPUs reach each other, which sizes tensor parallel's NCCL buffers: nvswitch (HGX H100/H200), "
        "nvlink (HGX A100), pcie, network (TP between boxes) or none (auto: the machine's).",
        ("--interconnect",), metavar="LINK"),
+    _F("cpu_bf16", lambda v, p, c: None if v is None else _bool(v, p, c),
+       "CPU backend: whether the CPU vLLM runs on has AVX512-BF16, on which vLLM keeps SSM state in float32 "
+       "(default: read from this box; `check` reads it from the log's 'Reset SSM cache type').",
+       ("--cpu-bf16",), switch="onoff"),
     _F("os_reserve_gib", lambda v, p, c: _float(v, p, c, auto=True),
        "GiB kept free for the OS and other processes on unified memory (auto: per machine).",
        ("--os-reserve-gib",), metavar="GIB|auto"),

@@ -109,8 +109,8 @@ def plan_notes(b: Buckets) -> list[str]:
     notes = list(b.calibration.notes)
     if b.calibration.cpu_worker is not None:
         notes.append(
-            f"CPU worker memory calibrated from {b.calibration.cpu_worker.runs} run(s) of vLLM "
-            f"{V.fmt_version(version)} here"
+            f"CPU worker memory calibrated from runs of vLLM {V.fmt_version(version)} here: "
+            + b.calibration.cpu_worker.describe()
         )
     notes += r.detected.warnings  # the version assumed, or unlike the image's or python's, or newer than modelled
     if profile.machine == "auto" and r.machine.backend == "cpu":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import queue
 import re
@@ -814,8 +815,10 @@ def _calibrate_cpu(plan: Plan, f: LogFacts, record: dict[str, Any], echo: Callab
             source,
             family=plan.shape.family,
             total_bytes=total,
+            budget_bytes=math.ceil(total * float(f.gpu_memory_utilization)),
         )
-        record["calibration"] = {"cpu_worker_base_bytes": entry.base_bytes, "runs": entry.runs}
+        record["calibration"] = {"cpu_worker_base_bytes": entry.base_bytes, "runs": entry.runs,
+                                 "measured_bytes": base}  # fmt: skip
 
 
 def _finish(record: dict[str, Any], watcher: Watcher, wall: float | None) -> dict[str, Any]:
