@@ -34,7 +34,7 @@ CASES: dict[str, tuple[list[str], str, Any]] = {
     "--pipeline-parallel-size": (["2"], "pipeline_parallel_size", 2),
     "--data-parallel-size": (["2"], "data_parallel_size", 2),
     "--data-parallel-size-local": (["1"], "data_parallel_size_local", None),
-    "--decode-context-parallel-size": (["2"], "decode_context_parallel_size", None),
+    "--decode-context-parallel-size": (["2"], "decode_context_parallel_size", 2),
     "--prefill-context-parallel-size": (["2"], "prefill_context_parallel_size", None),
     "--enable-expert-parallel": ([], "enable_expert_parallel", True),
     "--distributed-executor-backend": (["uni"], "distributed_executor_backend", "uni"),

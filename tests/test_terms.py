@@ -171,3 +171,28 @@ def test_moe_workspace_is_held_through_the_sampler_run() -> None:
     assert old["activation"]["moe_workspace"] == 0 and old["activation_peak_bytes"] < d["activation_peak_bytes"]
     dense = plan("--model", LLAMA8B, "--machine", "h100-80gb", "--vllm-version", "0.19.0")
     assert dense["activation"]["moe_workspace"] == 0
+
+
+# --- decode context parallel: each rank keeps 1/dcp of a request's attention tokens -----------------------------------
+
+
+@pytest.mark.parametrize("version", ["0.19.0", "0.32.0"])
+def test_decode_context_parallel_shards_the_pool_by_tokens(version: str) -> None:
+    """FullAttentionSpec.max_memory_usage_bytes (0.19) keeps cdiv(max_model_len, dcp) tokens per rank, and the
+    0.19 log multiplies its token count by dcp; 0.32 spans a block over block_size × dcp tokens and logs
+    concurrency × max_model_len. Either way a request takes 1/dcp of the blocks."""
+    mml = 131072
+    base = ["--model", LLAMA8B, "--machine", "h100-80gb", "-tp", "4", "--vllm-version", version,
+            "--max-model-len", str(mml), "--gpu-memory-utilization", "0.9"]  # fmt: skip
+    one, two = plan(*base), plan(*base, "-dcp", "2")
+    blocks = two["kv_pool_blocks"]
+    assert blocks == one["kv_pool_blocks"]  # the same memory, the same pages
+    per_request = -(-(-(-mml // 2)) // 16)  # cdiv(cdiv(131072, 2), 16) = 4096 blocks of 16 tokens
+    assert two["max_concurrency"] == round(blocks / per_request, 2)
+    if version == "0.19.0":
+        assert two["kv_pool_tokens"] == blocks * 16 * 2
+    else:
+        assert two["kv_pool_tokens"] == int(blocks / per_request * mml)
+    assert "--decode-context-parallel-size" in two["vllm_argv"]
+    bad = plan(*base, "-dcp", "3")
+    assert bad["failure"] == "invalid_config" and "divisible by dcp_size=3" in bad["reasons"][0]

@@ -114,6 +114,8 @@ def flags_from_log(f: LogFacts) -> dict[str, Any]:
             out[key] = v
     if f.non_default_args.get("block_size") is not None:  # the user's; f.block_size is what vLLM settled on
         out["block_size"] = f.non_default_args["block_size"]
+    if f.non_default_args.get("decode_context_parallel_size") is not None:
+        out["decode_context_parallel_size"] = f.non_default_args["decode_context_parallel_size"]
     if f.dtype and f.dtype != "auto":
         out["dtype"] = str(f.dtype).removeprefix("torch.")
     if f.kv_cache_dtype and f.kv_cache_dtype != "auto":

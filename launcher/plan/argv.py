@@ -181,6 +181,7 @@ def engine_values(profile: Profile, pred: Prediction, spec: FormatSpec, detected
         ("tensor_parallel_size", a.tensor_parallel_size, 1),
         ("pipeline_parallel_size", a.pipeline_parallel_size, 1),
         ("data_parallel_size", profile.data_parallel_size, 1),
+        ("decode_context_parallel_size", profile.decode_context_parallel_size, 1),
         ("revision", profile.revision, None),
         ("hf_config_path", profile.config if profile.config != profile.model else None, None),
         ("dtype", profile.dtype, "auto"),

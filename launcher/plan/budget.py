@@ -100,6 +100,7 @@ class EngineArgs:
     num_speculative_tokens: int = 0
     speculative_method: str | None = None
     pooling: bool = False  # --runner pooling
+    decode_context_parallel_size: int = 1  # each rank keeps 1/dcp of a request's attention tokens
 
     def spec_settings(self) -> SpecSettings:
         """What each layer's cache spec depends on."""
@@ -124,6 +125,7 @@ class EngineArgs:
                 self.platform, self.version, self.pipeline_parallel_size, self.speculative_method
             ),
             version=self.version,
+            dcp=self.decode_context_parallel_size,
         )
 
     def to_json(self) -> dict[str, object]:
@@ -147,6 +149,7 @@ class EngineArgs:
             "num_speculative_tokens": self.num_speculative_tokens,
             "speculative_method": self.speculative_method,
             "runner": "pooling" if self.pooling else "generate",
+            "decode_context_parallel_size": self.decode_context_parallel_size,
         }
 
 
@@ -178,6 +181,7 @@ class EngineAsk:
     num_speculative_tokens: int = 0
     speculative_method: str | None = None
     pooling: bool = False
+    decode_context_parallel_size: int = 1
     cpu_bf16: bool = True
     disable_hybrid_manager: bool = False
     chunked_with_hybrid: bool = True
@@ -224,6 +228,7 @@ def engine_args(shape: Model, ask: EngineAsk) -> EngineArgs:
         and (ask.chunked_with_hybrid or "chunked_attention" not in kinds),
         cudagraph_in_budget=ask.platform == "cuda" and V.CUDAGRAPH_IN_BUDGET.on(version) and not ask.enforce_eager,
         kv_cache_memory_bytes=ask.kv_cache_memory_bytes,
+        decode_context_parallel_size=ask.decode_context_parallel_size,
         served_dtype=_served_dtype(ask.dtype, shape),
         prefix_caching=caching,
         mamba_cache_mode=mode,

@@ -146,6 +146,7 @@ class Profile:
     tensor_parallel_size: int = 1
     pipeline_parallel_size: int = 1
     data_parallel_size: int = 1
+    decode_context_parallel_size: int = 1
     max_num_batched_tokens: int | None = None
     max_num_seqs: int | None = None
     enforce_eager: bool = False
@@ -1030,6 +1031,9 @@ FIELDS: tuple[FieldSpec, ...] = (
     _F("tensor_parallel_size", lambda v, p, c: _int(v, p, c, cap=MAX_PARALLEL), "GPUs each layer is split across.",
        ("--tensor-parallel-size", "-tp"),
        cli_type="int"),
+    _F("decode_context_parallel_size", lambda v, p, c: _int(v, p, c, cap=MAX_PARALLEL),
+       "Decode context parallel: the tensor-parallel ranks split each request's KV cache by tokens (divides "
+       "tensor_parallel_size).", ("--decode-context-parallel-size", "-dcp"), cli_type="int"),
     _F("pipeline_parallel_size", lambda v, p, c: _int(v, p, c, cap=MAX_PARALLEL),
        "Pipeline stages the layers are split into.",
        ("--pipeline-parallel-size", "-pp"), cli_type="int"),

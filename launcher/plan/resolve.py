@@ -141,6 +141,7 @@ def engine_ask(
         num_speculative_tokens=int(profile.speculative.get("num_speculative_tokens") or 0),
         speculative_method="mtp" if is_mtp(method) else method,
         pooling=profile.runner == "pooling",
+        decode_context_parallel_size=profile.decode_context_parallel_size,
         cpu_bf16=platform == "cpu"
         and (profile.cpu_bf16 if profile.cpu_bf16 is not None else cache.get("avx512_bf16", cpu_has_avx512_bf16)),
         disable_hybrid_manager=profile.disable_hybrid_kv_cache_manager,

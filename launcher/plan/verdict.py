@@ -129,6 +129,7 @@ def refusal(r: Request) -> str | None:
     return (
         gpu_count_error(profile, machine, r.reading)
         or tp_error(shape, args.tensor_parallel_size)
+        or dcp_error(args.tensor_parallel_size, args.decode_context_parallel_size)
         or max_len_error(shape, profile, dict(profile.vllm.env))
         or r.quant.refusal
         or quant.refusal(
@@ -251,6 +252,11 @@ def gpu_count_error(profile: Profile, machine: Machine, reading: MemoryReading |
         parts += f" × data_parallel_size {profile.data_parallel_size}"
     more = " (several Sparks: a profile with nodes:, see profiles/two-sparks-70b.yaml)" if machine.unified else ""
     return f"{machine.name} has {have} GPU{'s' if have > 1 else ''}; {parts} needs {world}{more}"
+
+
+def dcp_error(tp: int, dcp: int) -> str | None:
+    """ParallelConfig: decode context parallel reuses the tensor-parallel ranks."""
+    return f"tp_size={tp} must be divisible by dcp_size={dcp}." if tp % dcp else None
 
 
 def tp_error(shape: Model, tp: int) -> str | None:

@@ -381,7 +381,8 @@ def pool(
     else:
         conc = num_blocks / per_req if per_req else 0.0
         # 0.9.1-0.20: blocks are shared by all groups, so each token needs one block in every group.
-        tokens = int(conc * mml) if V.TOKENS_FROM_CONCURRENCY.on(version) else num_blocks // lay.n_groups * bs
+        # before: the blocks of one group in tokens, × dcp ("Multiplying the GPU KV cache size by the cp_world_size")
+        tokens = int(conc * mml) if V.TOKENS_FROM_CONCURRENCY.on(version) else num_blocks // lay.n_groups * bs * ctx.dcp
     return Pool(available_bytes, num_blocks, tokens, conc, per_req, num_blocks * lay.bytes_per_block)
 
 

@@ -41,6 +41,13 @@ class Context:
     max_num_batched_tokens: int
     max_concurrent_batches: int  # pipeline stages, or 2 with async scheduling
     version: V.Version
+    dcp: int = 1  # decode context parallel: each rank keeps 1/dcp of a request's attention tokens
+
+    @property
+    def attention_tokens(self) -> int:
+        """The tokens of one max_model_len request one rank's attention layer keeps (cdiv(max_model_len, dcp):
+        FullAttentionSpec.max_memory_usage_bytes, 0.2x; the same blocks as 0.3x's block span × dcp)."""
+        return cdiv(self.max_model_len, self.dcp)
 
     @property
     def in_flight_tokens(self) -> int:
@@ -103,8 +110,8 @@ class FullAttentionSpec(CacheSpec):
         return self.block_size * self.kv_heads * self.token_head_bytes
 
     def max_memory_bytes(self, ctx: Context) -> int:
-        # every token of max_model_len, in whole blocks
-        return cdiv(ctx.max_model_len, self.block_size) * self.page_bytes
+        # every token of max_model_len (this rank's share of it under decode context parallel), in whole blocks
+        return cdiv(ctx.attention_tokens, self.block_size) * self.page_bytes
 
 
 @dataclass(frozen=True)
@@ -146,7 +153,7 @@ class MLASpec(CacheSpec):
         return self.block_size * (per_token + self.indexer_bytes)
 
     def max_memory_bytes(self, ctx: Context) -> int:
-        return cdiv(ctx.max_model_len, self.block_size) * self.page_bytes
+        return cdiv(ctx.attention_tokens, self.block_size) * self.page_bytes
 
 
 @dataclass(frozen=True)
