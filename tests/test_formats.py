@@ -30,6 +30,7 @@ from launcher.model.arch import Model
 from launcher.model.arch import read_config as shape_from_config
 from launcher.model.checkpoint import find_checkpoint
 from launcher.model.formats import FORMATS, FormatSpec, detect, normalize_name, spec_for, weight_bytes
+from launcher.model.formats import tensor_bytes as formats_tensor_bytes
 from launcher.model.params import tensors
 from tests.conftest import CONFIGS
 
@@ -725,3 +726,28 @@ def test_more_bits_never_fewer_bytes_hypothesis(
     cfg = {**TINY, "hidden_size": hidden, "intermediate_size": hidden * inter_mult, "num_hidden_layers": layers,
            "vocab_size": vocab, "tie_word_embeddings": tied, "num_key_value_heads": kv}  # fmt: skip
     _assert_more_bits_more_bytes(shape_from_config(cfg, "tiny"))
+
+
+# --- a quantized format priced from a 16-bit config: what the quantizer leaves in 16 bits --------------------------
+
+
+def test_nvfp4_from_a_16_bit_config_keeps_what_modelopt_keeps() -> None:
+    """ModelOpt's standard exclusions (default_disabled_quantizers.yaml): Gated DeltaNet's in_proj_a / in_proj_b,
+    the shared expert's gate and the MTP layers stay 16-bit in its NVFP4 checkpoints."""
+    cfg = Path(__file__).parent / "fixtures" / "configs-v2" / "extra" / "qwen3_5_moe--35b-a3b.json"
+    shape = shape_from_config(json.loads(cfg.read_text()))
+    ts = shape.tensors(mtp=True)
+    spec = spec_for("nvfp4", shape)
+    sizes = formats_tensor_bytes(shape, spec, ts)
+    kept = [
+        (t, b) for t, b in zip(ts, sizes, strict=True) if t.name.startswith("mtp.") and t.role in ("linear", "expert")
+    ]
+    assert kept and all(b == t.numel * 2 for t, b in kept)  # bf16, unquantized
+    ab = [
+        (t, b)
+        for t, b in zip(ts, sizes, strict=True)
+        if ".linear_attn.in_proj_a" in t.name or ".linear_attn.in_proj_b" in t.name
+    ]
+    assert ab and all(b == t.numel * 2 for t, b in ab)
+    experts = [(t, b) for t, b in zip(ts, sizes, strict=True) if t.role == "expert" and not t.name.startswith("mtp.")]
+    assert experts and all(b < t.numel for t, b in experts)  # 4 bits and scales: under a byte a weight

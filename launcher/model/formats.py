@@ -309,6 +309,15 @@ ONLINE_LAYOUTS: dict[str, FormatSpec] = {
 }
 
 
+# What NVIDIA's ModelOpt leaves in 16 bits when it makes a checkpoint from a 16-bit one (its standard exclusions,
+# modelopt_recipes/configs/ptq/units/default_disabled_quantizers.yaml, nvidia-modelopt 0.47), the linear layers
+# among them: Gated DeltaNet's 1-wide a/b projections, the shared expert's gate, the MTP layers. Routers, lm_head,
+# embeddings and vision towers stay 16-bit in every format here already. AutoAWQ (modules_to_not_convert per
+# family: routers and vision towers) and llm-compressor's presets (ignore: lm_head) leave nothing more.
+MODELOPT_KEEPS: tuple[str, ...] = ("*linear_attn.in_proj_a*", "*linear_attn.in_proj_b*", "*mlp.shared_expert_gate*",
+                                   "mtp.*")  # fmt: skip
+
+
 def spec_for(name: str, shape: Model, detected: FormatSpec | None = None) -> FormatSpec:
     """A format named on the command line or in a profile; reuses the detected layout when it is the same. A
     name of vLLM's online quantization alone (fp8_per_block, …) is priced as vLLM lays it out."""
@@ -322,8 +331,8 @@ def spec_for(name: str, shape: Model, detected: FormatSpec | None = None) -> For
         return FormatSpec("mxfp8", bits=8, group_size=32, source="flag")
     if fmt == "mxfp4":
         return FormatSpec("mxfp4", bits=4, group_size=32, experts_only=shape.is_moe, source="flag")
-    if fmt == "nvfp4":
-        return FormatSpec("nvfp4", bits=4, group_size=16, source="flag")
+    if fmt == "nvfp4":  # a ModelOpt checkpoint: what it leaves in 16 bits
+        return FormatSpec("nvfp4", bits=4, group_size=16, source="flag", not_converted=MODELOPT_KEEPS)
     if fmt in ("fp8", "int8", "q8_0"):
         return FormatSpec(fmt, bits=8, source="flag")
     if fmt in ("awq", "gptq", "w4a16"):
