@@ -915,8 +915,26 @@ def _memory_failure(
             f"--kv-cache-memory-bytes: {kv_fixed / GiB:,.2f} GiB of KV cache + {b.non_kv_in_budget / GiB:.2f} GiB of "
             f"weights, activation and overhead exceed the {(T - reserve) / GiB:.2f} GiB this machine has"
             + (f" ({reserve / GiB:.1f} GiB kept for the OS)" if reserve else "")
+            + f": {_fixed_kv_step(b, kv_fixed)}"
         )
     return failure
+
+
+def _fixed_kv_step(b: RankBuckets, kv_fixed: int) -> str:
+    """Where a launch with a fixed KV cache runs out, in vLLM's order: profiling (weights and the activation peak,
+    no KV yet), allocating the pool, capturing CUDA graphs, warming up the sampler (its requests' forward and
+    logits, the MoE workspace beside them)."""
+    room = b.total_bytes - b.os_reserve_bytes - b.context_bytes - b.weights_bytes - b.non_torch_bytes
+    act = b.activation
+    if act.peak > room:
+        return "vLLM would run out profiling, before any KV cache"
+    room -= kv_fixed
+    if room < 0:
+        return "vLLM would run out allocating the KV cache"
+    room -= b.cudagraph_bytes
+    if room < 0:
+        return "vLLM would carve the pool, then run out capturing CUDA graphs"
+    return "vLLM would carve the pool, then run out warming up the sampler"
 
 
 _PEAK_WORDS = {
