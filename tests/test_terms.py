@@ -196,3 +196,15 @@ def test_decode_context_parallel_shards_the_pool_by_tokens(version: str) -> None
     assert "--decode-context-parallel-size" in two["vllm_argv"]
     bad = plan(*base, "-dcp", "3")
     assert bad["failure"] == "invalid_config" and "divisible by dcp_size=3" in bad["reasons"][0]
+
+
+def test_gemma4_wrapper_loads_its_per_layer_embedding_buffer() -> None:
+    """Gemma4ForConditionalGeneration pre-allocates max_num_batched_tokens × layers × hidden_size_per_layer_input
+    in the model dtype while loading (gemma4_mm.py), --language-model-only too; Gemma4ForCausalLM does not. The
+    default configs: 30 layers, a per-layer input of 256, the same parameters in both."""
+    configs = Path(__file__).parent / "fixtures" / "configs-v2" / "configs"
+    args = ["--machine", "h100-80gb", "--vllm-version", "0.32.0", "--max-model-len", "8192"]
+    wrapper = plan("--model", str(configs / "gemma4--default.json"), *args, "--language-model-only")
+    text = plan("--model", str(configs / "gemma4_text--default.json"), *args)
+    assert wrapper["engine"]["max_num_batched_tokens"] == 8192
+    assert wrapper["weights_bytes"] - text["weights_bytes"] == 8192 * 30 * 256 * 2

@@ -402,7 +402,18 @@ def rank_weight_bytes(
             total += cdiv(b, tp)
     max_pos = shape.max_position_embeddings or args.max_model_len
     total += max_pos * shape.rotary_dim * args.dtype_bytes  # cos/sin cache (half the rotary dim each)
-    return total
+    return total + loader_buffers(shape, args)
+
+
+def loader_buffers(shape: Model, args: EngineArgs) -> int:
+    """GPU tensors vLLM's model class allocates while loading, beside the checkpoint's, counted in "Model loading
+    took": Gemma 4's multimodal wrapper pre-allocates its per-layer-embedding buffer for CUDA graphs
+    (gemma4_mm.py: max_num_batched_tokens × layers × hidden_size_per_layer_input in the model dtype), with
+    --language-model-only too."""
+    if shape.wrapper_type != "gemma4" or shape.architecture != "Gemma4ForConditionalGeneration":
+        return 0
+    width = next((t.shape[0] for t in shape.layers[0].tensors(0) if t.name.endswith("per_layer_input_gate.weight")), 0)
+    return args.max_num_batched_tokens * shape.num_layers * width * args.dtype_bytes
 
 
 # --- activation peak ----------------------------------------------------------------------------------------------
