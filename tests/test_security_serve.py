@@ -386,6 +386,17 @@ def test_serve_logs_an_over_long_line_cut(box: dict[str, Any]) -> None:
     assert log.read_bytes().endswith(b"INFO after the long line\n")
 
 
+@pytest.mark.usefixtures("quiet_box")
+def test_a_vllm_that_closes_its_output_before_it_exits_is_a_failure(box: dict[str, Any]) -> None:
+    """The output ends a moment before the process: serve waits for the exit status, and an exit before ready
+    is a failure (exit 1), however the two race."""
+    script = "#!/bin/sh\necho 'INFO starting'\nexec 1>&- 2>&-\nsleep 1\nexit 3\n"
+    p = _serve(box, _profile(box["tmp"], script))
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 1, out + err
+    assert "vLLM exited with code 3 before it was ready" in out
+
+
 # ---- H7: a record that cannot be written is a warning; the exit code stays ---------------------------------------
 
 

@@ -358,6 +358,19 @@ def _spawn(plan: Plan, env: dict[str, str]) -> subprocess.Popen[bytes]:
         raise _NotStarted(refusal.code, refusal.line()) from e
 
 
+EXIT_WAIT = 5.0
+"""How long (seconds) serve waits for vLLM to exit once its output has ended, before it reads the exit status."""
+
+
+def _await_exit(proc: subprocess.Popen[bytes], check: Callable[[], None]) -> None:
+    """Wait up to EXIT_WAIT seconds for `proc` to exit (the output closes a moment before the process is gone);
+    `check` still stops the wait."""
+    end = time.monotonic() + EXIT_WAIT
+    while proc.poll() is None and time.monotonic() < end:
+        check()
+        time.sleep(0.02)
+
+
 def _next_line(lines: queue.Queue[bytes | None]) -> bytes | None:
     """The next line of vLLM's output; b"" when none came within half a second, None at its end."""
     try:
@@ -449,7 +462,8 @@ class _Run:
         while True:
             check()
             raw = _next_line(lines)
-            if raw is None:
+            if raw is None:  # its output ended: vLLM is exiting; its status decides the run
+                _await_exit(proc, check)
                 break
             if raw:
                 self._take(mask.line(raw), proc.pid)
