@@ -4,6 +4,7 @@ written profile, the decode ceiling and the JSON contract."""
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -453,3 +454,96 @@ def test_fit_passes_calibration_and_free_memory_to_the_search(monkeypatch: pytes
     monkeypatch.setattr(F, "search", spy)
     fit_json("--model", LLAMA8B, *H100, "--users", "1", "--context", "8192", "--free-gib", "30", "--no-calibration")
     assert seen["free_bytes"] == 30 * GiB and seen["use_calibration"] is False
+
+
+# --- the chosen command is the chosen row: every planning flag carried ----------------------------------------------
+
+# a value other than the default for every profile field that has flags (a field added without one fails below)
+FLAG_SAMPLES: dict[str, Any] = {
+    "config": str(FIXTURES / "configs" / "Llama-3.1-8B.json"), "revision": "main", "quantization": "fp8",
+    "dtype": "float16", "kv_cache_dtype": "fp8", "max_model_len": 4096, "users": 3, "machine": "h100-80gb",
+    "gpu_memory_gib": 70.5, "interconnect": "pcie", "cpu_bf16": False, "os_reserve_gib": 3.5,
+    "gpu_memory_utilization": 0.8, "biggest_pool": True, "tensor_parallel_size": 2, "decode_context_parallel_size": 2,
+    "pipeline_parallel_size": 2, "data_parallel_size": 2, "max_num_batched_tokens": 4096, "max_num_seqs": 64,
+    "enforce_eager": True, "block_size": 32, "kv_cache_memory_bytes": 4 << 30, "overhead_gib": 1.5,
+    "distributed_executor_backend": "ray", "enable_expert_parallel": True, "language_model_only": True,
+    "limit_mm_per_prompt": {"image": 0}, "speculative_config": {"method": "mtp", "num_speculative_tokens": 1},
+    "mamba_cache_dtype": "float32", "mamba_ssm_cache_dtype": "float32", "mamba_cache_mode": "align",
+    "enable_prefix_caching": False, "disable_hybrid_kv_cache_manager": True, "runner": "pooling",
+    "vllm.version": "0.19.0", "vllm.launch": "module", "vllm.executable": "/usr/local/bin/vllm",
+    "vllm.python": "/usr/bin/python3", "vllm.image": "vllm/vllm-openai:v0.19.0", "vllm.container_name": "vl-test",
+    "vllm.host": "0.0.0.0", "vllm.port": 8123, "vllm.served_model_name": "mine",
+}  # fmt: skip
+_NOT_PROFILE = ("words", "force", "as_json", "free_gib", "html_path", "compare", "ascii_bar", "no_calibration",
+                "explain")  # fmt: skip
+
+
+def _profile_of_plan_args(args: list[str]) -> Any:
+    """The profile `vlaunch plan ARGS` plans, read through plan's own options."""
+    from launcher.cli.options import asked
+
+    cmd = main.get_command(click.Context(main), "plan")
+    assert cmd is not None
+    ctx = cmd.make_context("plan", list(args))
+    flags = {k: v for k, v in ctx.params.items() if k not in _NOT_PROFILE}
+    with ctx:
+        return asked(None, flags, ()).profile
+
+
+@pytest.mark.parametrize("key", sorted(FLAG_SAMPLES))
+def test_every_planning_field_survives_the_printed_command(key: str) -> None:
+    from launcher.plan.profiles import cli_words, profile_from_mapping
+
+    data: dict[str, Any] = {"model": LLAMA8B, "name": "x"}
+    if key.startswith("vllm."):
+        data["vllm"] = {key[5:]: FLAG_SAMPLES[key]}
+    else:
+        data[key] = FLAG_SAMPLES[key]
+    mine = profile_from_mapping(data)
+    words = cli_words(mine)
+    assert words, key
+    theirs = _profile_of_plan_args(["--model", LLAMA8B, *words])
+    section = (lambda p: p.vllm) if key.startswith("vllm.") else (lambda p: p)
+    name = key.removeprefix("vllm.")
+    assert getattr(section(theirs), name) == getattr(section(mine), name), (key, words)
+
+
+def test_every_field_with_flags_has_a_sample() -> None:
+    from launcher.plan.profiles import FIELDS
+
+    assert {f.key for f in FIELDS if f.flags and f.key != "model"} == set(FLAG_SAMPLES)
+
+
+@pytest.mark.parametrize(
+    "base",
+    [
+        ["--machine", "cuda", "--gpu-memory-gib", "48"],
+        ["--machine", "h100", "--vllm-version", "0.19.0", "--max-num-batched-tokens", "4096"],
+        ["--machine", "a100-80gb", "--interconnect", "pcie", "--dtype", "float16", "--gpus", "2"],
+        ["--machine", "spark", "--os-reserve-gib", "12", "--no-enable-prefix-caching", "--block-size", "32"],
+    ],
+    ids=["cuda-48", "h100-0.19", "a100-pcie", "spark"],
+)
+def test_the_chosen_command_plans_the_chosen_row(base: list[str]) -> None:
+    """fit prints the chosen row as a `vlaunch plan` command; that command plans the same row."""
+    args = ["--model", LLAMA8B, *base, "--users", "2", "--context", "8192"]
+    r = CliRunner().invoke(main, ["fit", *args])
+    assert r.exit_code == 0, r.stderr
+    [line] = [x for x in r.stdout.splitlines() if "chosen #" in x]
+    words = shlex.split(line.split(": ", 1)[1].removesuffix(" (with nodes: write it as a profile)"))
+    assert words[:2] == ["vlaunch", "plan"]
+    chosen = next(o for o in fit_json(*args)["options"] if o["chosen"])
+    theirs = plan_json(*words[2:])
+    for key in PLAN_KEYS:
+        assert theirs[key] == chosen[key], (key, words)
+
+
+def test_fit_of_a_profile_takes_its_users_and_context() -> None:
+    """`fit PROFILE` searches for what the profile asks (llama8b-32k: 8 users × 32,768 tokens) unless flags say
+    otherwise."""
+    profile = str(Path(__file__).resolve().parent.parent / "profiles" / "llama8b-32k.yaml")
+    d = fit_json(profile)
+    assert d["target"] == {"users": 8, "context": 32768, "mode": "users+context"}
+    assert all(o["users"] == 8 and o["max_model_len"] == 32768 for o in d["options"])
+    flagged = fit_json(profile, "--users", "2", "--context", "8192")
+    assert (flagged["target"]["users"], flagged["target"]["context"]) == (2, 8192)

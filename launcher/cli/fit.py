@@ -108,6 +108,11 @@ def fit(
         raise click.UsageError("Missing argument 'MODEL' (a repo id, directory, config.json or profile) or --model")
     flags = {**flags, "max_model_len": None}
     base = _fit_base(model_arg, flags)
+    if base.source is not None:  # a profile: its users and context are the target unless flags say otherwise
+        if flags.get("users") is None:
+            flags = {**flags, "users": base.users}
+        if target_context is None and isinstance(base.max_model_len, int):
+            target_context = base.max_model_len
     from launcher.common.units import gib_to_bytes
 
     free_bytes = None if free_gib is None else gib_to_bytes(free_gib)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import math
 import os
 import re
@@ -1135,6 +1136,40 @@ del _F
 FIELD_HELP: dict[str, str] = {f.key: f.help for f in FIELDS}
 """Help text for every key, by its dotted path."""
 _FIELDS: dict[str, _Check] = {f.key: f.check for f in FIELDS if "." not in f.key}
+
+
+def cli_words(profile: Profile) -> list[str]:
+    """The planning flags that give `profile` from the defaults (`vlaunch plan --model M` + these plans it): each
+    field with flags whose value is not its default, in the field table's order. The model, and what only a
+    profile file holds (nodes, env, extra args), are not among them."""
+    defaults = {f.name: f.default for f in dataclasses.fields(Profile)}
+    vllm_defaults = {f.name: f.default for f in dataclasses.fields(VllmSection)}
+    out: list[str] = []
+    for spec in FIELDS:
+        if not spec.flags or spec.key == "model":
+            continue
+        section, name = (profile.vllm, spec.key[5:]) if spec.key.startswith("vllm.") else (profile, spec.key)
+        value = getattr(section, name)
+        if value == (vllm_defaults if section is profile.vllm else defaults).get(name):
+            continue
+        out += _flag_words(spec, value)
+    return out
+
+
+def _flag_words(spec: FieldSpec, value: Any) -> list[str]:
+    """One field's value as its first flag takes it."""
+    flag = spec.flags[0]
+    if spec.switch == "flag":
+        return [flag] if value else []
+    if spec.switch == "onoff":
+        return [flag if value else "--no-" + flag[2:]]
+    if isinstance(value, tuple) and all(isinstance(x, tuple) and len(x) == 2 for x in value):
+        return [flag, json.dumps(dict(value), separators=(",", ":"))]  # limit_mm_per_prompt, speculative_config
+    if isinstance(value, tuple):
+        return [flag, *(str(x) for x in value)]
+    return [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+
+
 _VLLM_FIELDS: dict[str, _Check] = {f.key[5:]: f.check for f in FIELDS if f.key.startswith("vllm.")}
 _NODE_FIELDS: dict[str, _Check] = {f.key[6:]: f.check for f in FIELDS if f.key.startswith("nodes.")}
 

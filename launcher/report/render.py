@@ -369,9 +369,12 @@ def _fit_machine_lines(fit: Fit, m: Machine, head: list[str], top: int | None) -
         lines.append(f"  {_ranks(ranks)}: {reason}")
     best = next((r for r in rows if r.chosen), None)
     if best is not None:
-        flags = " ".join(shlex.quote(f) for f in best.to_json()["flags"])
+        from launcher.plan.profiles import cli_words
+
+        # the row's whole profile as flags: the base's own (the machine's figure, the version…) and the option's
+        flags = " ".join(shlex.quote(f) for f in cli_words(best.plan.profile))
         nodes = " (with nodes: write it as a profile)" if best.option.nodes > 1 else ""
-        command = f"vlaunch plan --model {shlex.quote(fit.model)} --machine {m.name} {flags}"
+        command = f"vlaunch plan --model {shlex.quote(fit.model)} {flags}"
         lines.append(f"  chosen #{best.rank}: {command}{nodes}")
     elif rows:
         lines.append("  nothing fits: the reasons above say which bucket and by how much")
