@@ -547,3 +547,12 @@ def test_fit_of_a_profile_takes_its_users_and_context() -> None:
     assert all(o["users"] == 8 and o["max_model_len"] == 32768 for o in d["options"])
     flagged = fit_json(profile, "--users", "2", "--context", "8192")
     assert (flagged["target"]["users"], flagged["target"]["context"]) == (2, 8192)
+
+
+def test_a_pooling_model_gets_no_kv_dtype_rows_and_no_decode() -> None:
+    """An encoder under --runner pooling keeps no KV cache and decodes nothing: no fp8-KV variants, no decode speed."""
+    bge = str(FIXTURES / "configs-v2" / "extra" / "xlm-roberta--bge-m3.json")
+    d = fit_json(bge, *H100, "--runner", "pooling")
+    assert d["options"]
+    assert {o["kv_cache_dtype"] for o in d["options"]} == {"auto"}
+    assert all(o["decode"] is None and o["decode_tokens_per_s_ceiling"] is None for o in d["options"])

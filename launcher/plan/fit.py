@@ -313,11 +313,11 @@ def format_choices(
     return out
 
 
-def kv_choices(shape: Model, pinned: str | None) -> list[str]:
+def kv_choices(shape: Model, pinned: str | None, pooling: bool = False) -> list[str]:
     if pinned is not None:
         return [pinned]
-    if kv_per_token(shape).per_token == 0:
-        return ["auto"]  # no attention layer keeps a KV cache
+    if pooling or kv_per_token(shape).per_token == 0:
+        return ["auto"]  # no attention layer keeps a KV cache (a pooling runner keeps none)
     if (ckpt := checkpoint_kv_dtype(shape, None, V.LATEST)) is not None and ckpt.taken:
         return ["auto"]  # the checkpoint's own KV cache is fp8 (or nvfp4) already: vLLM takes it for auto
     return ["auto", "fp8"]
@@ -503,8 +503,9 @@ def binding_bucket(plan: Plan) -> str | None:
 def decode_ceiling(
     plan: Plan, users: int, bandwidth: int | None, cache: PlanCache | None = None
 ) -> decode.DecodeCeiling | None:
-    """The decode speed a row's memory bandwidth allows at most (None without a bandwidth figure)."""
-    if not bandwidth:
+    """The decode speed a row's memory bandwidth allows at most (None without a bandwidth figure, and for a pooling
+    model, which decodes nothing)."""
+    if not bandwidth or plan.prediction.args.pooling:
         return None
     from launcher.plan.layers import kv_geometry, tensor_bytes
 
@@ -713,7 +714,7 @@ def _machine_rows(search: _Search, planner: _Planner, probe: Plan, notes: list[s
     choices = [
         Option(fmt, own, kv, tp, pp, nodes, spec, mns)
         for fmt, own in fmts
-        for kv in kv_choices(shape, pinned.get("kv_cache_dtype"))
+        for kv in kv_choices(shape, pinned.get("kv_cache_dtype"), probe.prediction.args.pooling)
         for tp, pp, nodes in layouts
         for spec in speculative_choices(shape, spec_pin)
         for mns in seqs
