@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 from launcher.check.stream import parse_stream  # noqa: E402
 from launcher.common.units import GiB  # noqa: E402
 from launcher.plan.planning import Plan, make_plan, profile_from_flags  # noqa: E402
+from launcher.plan.profiles import profile_yaml  # noqa: E402
 
 # (row name, the plan's figure in bytes or tokens, the log's fact, its unit)
 TERMS: tuple[tuple[str, str, str, str], ...] = (
@@ -86,9 +87,8 @@ def _starving_kv(plan: Plan) -> int:
     return max(1 << 30, room - p.activation.sampler // 2)
 
 
-def rows(plan: Plan, facts: Any) -> list[dict[str, Any]]:
-    """Each term: the plan's figure, the log's, and the difference."""
-    predicted = plan.to_json()
+def rows(predicted: dict[str, Any], facts: Any) -> list[dict[str, Any]]:
+    """Each term: the plan's figure (from its --json), the log's, and the difference."""
     out = []
     for name, plan_key, fact_key, unit in TERMS:
         mine = predicted.get(plan_key)
@@ -100,37 +100,30 @@ def rows(plan: Plan, facts: Any) -> list[dict[str, Any]]:
     return out
 
 
+def planned(name: str, plan: Plan, facts: Any = None) -> dict[str, Any]:
+    """A launch's plan as the result reports it, its terms beside the log's facts when there is a log."""
+    d = plan.to_json()
+    return {"launch": name, "planned_fits": plan.fits, "planned_failure": d["failure"], "reasons": d["reasons"],
+            "post_pool": d["post_pool"], "terms": rows(d, facts)}  # fmt: skip
+
+
 def run_one(args: argparse.Namespace, launch: dict[str, Any], plan: Plan, logs: Path) -> dict[str, Any]:
     """Boot it through `vlaunch serve --stop-after-ready`; the log read back and set beside the plan."""
     profile = logs / f"{launch['name']}.yaml"
-    profile.write_text(_profile_yaml(plan))
+    profile.write_text(profile_yaml(plan.profile))
     argv = [sys.executable, "-m", "launcher", "serve", str(profile), "--stop-after-ready", "--logs-dir", str(logs),
             "--force"]  # fmt: skip
     t0 = time.monotonic()
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=args.timeout, check=False)
     [log] = sorted(logs.glob(f"gpu-terms-{launch['name']}-*.log"))[-1:] or [None]
-    facts = parse_stream(log.open("rb")) if log is not None else None
+    facts = None
+    if log is not None:
+        with log.open("rb") as fh:
+            facts = parse_stream(fh)
     failure = facts.failure.kind if facts is not None and facts.failure is not None else None
-    return {
-        "launch": launch["name"],
-        "exit": done.returncode,
-        "seconds": round(time.monotonic() - t0, 1),
-        "planned_fits": plan.fits,
-        "planned_failure": plan.to_json()["failure"],
-        "reasons": plan.to_json()["reasons"],
-        "post_pool": plan.to_json()["post_pool"],
-        "logged_failure": failure,
-        "terms": rows(plan, facts),
-        "log": str(log) if log else None,
-    }
-
-
-def _profile_yaml(plan: Plan) -> str:
-    import yaml
-
-    data = plan.profile.to_json()
-    data = {k: v for k, v in data.items() if v not in (None, (), [], {}) and k != "source"}
-    return yaml.safe_dump(data, sort_keys=False)
+    ran = {"exit": done.returncode, "seconds": round(time.monotonic() - t0, 1), "logged_failure": failure,
+           "log": str(log) if log else None}  # fmt: skip
+    return planned(launch["name"], plan, facts) | ran
 
 
 def show(result: dict[str, Any]) -> None:
@@ -169,11 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for launch in launches(args, gpus):
         plan = plan_of(args, launch, machine)
-        d = plan.to_json()
-        result = {"launch": launch["name"], "planned_fits": plan.fits, "planned_failure": d["failure"],
-                  "reasons": d["reasons"], "post_pool": d["post_pool"], "terms": rows(plan, None)}  # fmt: skip
-        if not args.dry_run:
-            result = run_one(args, launch, plan, args.out)
+        result = planned(launch["name"], plan) if args.dry_run else run_one(args, launch, plan, args.out)
         results.append(result)
         show(result)
     (args.out / "gpu_terms.json").write_text(json.dumps(results, indent=2))

@@ -55,7 +55,7 @@ def test_rows_set_a_real_logs_terms_beside_the_plan() -> None:
     prof = profile_from_flags("meta-llama/Llama-3.1-8B-Instruct", None, machine="h100-80gb", max_model_len=8192,
                               gpu_memory_utilization=facts.gpu_memory_utilization)  # fmt: skip
     prof = prof.with_overrides(vllm={"version": "0.19.0"})
-    rows = {r["term"]: r for r in gpu_terms.rows(make_plan(prof, live=False), facts)}
+    rows = {r["term"]: r for r in gpu_terms.rows(make_plan(prof, live=False).to_json(), facts)}
     assert rows["weights"]["logged"] is not None and abs(rows["weights"]["delta"]) < 0.1
     assert rows["kv_pool_tokens"]["logged"] == facts.kv_pool_tokens
     assert abs(rows["kv_pool_tokens"]["delta"]) <= 0.005 * facts.kv_pool_tokens

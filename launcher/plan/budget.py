@@ -944,7 +944,7 @@ def _fixed_kv_step(b: RankBuckets, kv_fixed: int) -> str:
         return "vLLM would run out allocating the KV cache"
     room -= b.cudagraph_bytes
     if room < 0:
-        return "vLLM would carve the pool, then run out capturing CUDA graphs"
+        return _PEAK_WORDS["cuda_graph_capture"][1]
     return "vLLM would carve the pool, then run out warming up the sampler"
 
 

@@ -84,7 +84,7 @@ def _activation(req: budget.PlanRequest, b: budget.RankBuckets) -> Term:
 
 def _non_torch(req: budget.PlanRequest, b: budget.RankBuckets, link_basis: str) -> tuple[Term, ...]:
     cal = req.calibration
-    if cal is not None and cal.non_torch_bytes is not None and b.non_torch_bytes == cal.non_torch_bytes:
+    if cal is not None and cal.non_torch_bytes is not None:  # _overhead_terms took it in place of the default
         return (Term("non_torch", b.non_torch_bytes, "budget", "calibrated", cal.note),)
     (base, base_why), (tp, tp_why) = budget.non_torch_parts(req.args, req.tp_link)
     terms = [Term("non_torch", base, "budget", "default", base_why)]
@@ -96,7 +96,7 @@ def _non_torch(req: budget.PlanRequest, b: budget.RankBuckets, link_basis: str) 
 
 def _graphs_and_context(req: budget.PlanRequest, b: budget.RankBuckets) -> tuple[Term, ...]:
     cal, graphs = req.calibration, b.cudagraph_bytes
-    calibrated = cal is not None and cal.cudagraph_bytes is not None and graphs == cal.cudagraph_bytes and graphs
+    calibrated = cal is not None and cal.cudagraph_bytes is not None and graphs  # as _overhead_terms takes it
     source: TermSource = "calibrated" if calibrated else "default"
     basis = cal.note if calibrated and cal is not None else budget.cudagraph_basis(req.args)
     out: list[Term] = []
