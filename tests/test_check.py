@@ -33,6 +33,8 @@ def facts_json(path: Path) -> dict:
     out = {k: d[k] for k in KEYS}
     out["failure"] = d["failure"]["kind"] if d["failure"] else None
     out["estimated_max_model_len"] = d["failure"]["estimated_max_model_len"] if d["failure"] else None
+    if d["throughput"]:  # a log that served: its statistics lines
+        out["throughput"] = d["throughput"]
     return out
 
 
@@ -61,6 +63,13 @@ def test_golden_numbers_are_the_logs_own_text(log: Path) -> None:
             continue
         forms = {str(v), f"{v:,}"} if isinstance(v, int) else {str(v), f"{v:.2f}", f"{v:.1f}", f"{v:.4f}"}
         assert any(f in text for f in forms), (key, v)
+    lines = log.read_bytes().decode(errors="replace").split("\n")  # a line ends at "\n" (tqdm writes lone CRs)
+    for s in golden.get("throughput", []):  # each sample's figures are written on its own line
+        line = lines[s["line"] - 1]
+        assert f"Avg prompt throughput: {s['prompt_tokens_per_s']:.1f} tokens/s" in line, s
+        assert f"Avg generation throughput: {s['generation_tokens_per_s']:.1f} tokens/s" in line, s
+        assert f"Running: {s['running']} reqs" in line and f": {s['waiting']} reqs" in line, s
+        assert f"KV cache usage: {s['kv_cache_usage'] * 100:.1f}%" in line, s
 
 
 CASES = yaml.safe_load((LOGS / "cases.yaml").read_text())

@@ -71,7 +71,13 @@ def one_gpu(d: dict[str, Any], fmt: str, kv: str) -> dict[str, Any]:
 )  # fmt: skip
 def test_lesson_llama8b_8k_users(machine: list[str], auto_users: int, fp8_users: int) -> None:
     d = fit_json(LLAMA8B, *machine, *LESSON, "--context", "8192")
-    assert d["target"] == {"users": None, "context": 8192, "mode": "context"}
+    assert d["target"] == {
+        "users": None,
+        "context": 8192,
+        "mode": "context",
+        "min_tokens_per_s": None,
+        "max_ttft_s": None,
+    }
     assert one_gpu(d, "bf16", "auto")["max_users"] == auto_users
     assert one_gpu(d, "bf16", "fp8")["max_users"] == fp8_users
 
@@ -94,12 +100,22 @@ def test_lesson_70b_bf16_fits_no_single_device_but_two_sparks() -> None:
         assert singles and not any(o["fits"] for o in singles)
         assert all(o["binding_bucket"] == "weights" for o in singles)
         assert round(singles[0]["weights_bytes"] / GiB) == 131
+    # one box unless the user owns two: fp8 weights on one Spark
     d = fit_json(LLAMA70B, *SPARK, *LESSON, "--context", "8192")
     best = d["options"][0]
     assert best["chosen"] and best["fits"]
-    assert (best["format"], best["nodes"], best["tensor_parallel_size"] * best["pipeline_parallel_size"]) == (
-        "bf16", 2, 2,
+    assert (best["format"], best["nodes"], best["tensor_parallel_size"]) == ("fp8", 1, 1)
+    assert all(o["nodes"] == 1 for o in d["options"])
+    # two Sparks and the quality first: bf16 over both, tensor parallel (each token reads half the weights per box)
+    # before pipeline parallel (the stages take turns on each token)
+    d = fit_json(LLAMA70B, *SPARK, *LESSON, "--context", "8192", "--max-nodes", "2", "--prefer", "quality")
+    best = d["options"][0]
+    assert best["chosen"] and best["fits"]
+    assert (best["format"], best["nodes"], best["tensor_parallel_size"], best["pipeline_parallel_size"]) == (
+        "bf16", 2, 2, 1,
     )  # fmt: skip
+    pp = next(o for o in d["options"] if o["format"] == "bf16" and o["pipeline_parallel_size"] == 2)
+    assert pp["decode"]["expected_tokens_per_s"] < best["decode"]["expected_tokens_per_s"]
 
 
 def test_decode_ceiling_lesson_spark_100_users() -> None:
@@ -200,7 +216,8 @@ def test_written_profile_round_trip_through_the_cli(tmp_path: Path, monkeypatch:
     )
     assert r.exit_code == 2 and "--force" in r.stderr
     # a two-Spark row: placeholder hosts, said so in the file; plan reads it unchanged
-    d = fit_json(LLAMA70B, *SPARK, *LESSON, "--context", "8192", "--write-profile", "two.yaml")
+    d = fit_json(LLAMA70B, *SPARK, *LESSON, "--context", "8192", "--max-nodes", "2", "--prefer", "quality",
+                 "--write-profile", "two.yaml")  # fmt: skip
     text = Path("two.yaml").read_text()
     assert "spark-1" in text and "set each host:" in text
     p = plan_json("two.yaml")
@@ -238,6 +255,10 @@ def test_formats_a_base_checkpoint_ships() -> None:
     assert kinds == {"bf16": "own", "fp8": "online", "mxfp4": "online"}
     assert {o["kv_cache_dtype"] for o in d["options"]} == {"auto", "fp8"}
     assert {(o["tensor_parallel_size"], o["pipeline_parallel_size"], o["nodes"]) for o in d["options"]} == {
+        (1, 1, 1)
+    }  # one box unless --max-nodes says two
+    two = fit_json(LLAMA8B, "--machine", "spark", "--context", "8192", "--max-nodes", "2")
+    assert {(o["tensor_parallel_size"], o["pipeline_parallel_size"], o["nodes"]) for o in two["options"]} == {
         (1, 1, 1), (2, 1, 2), (1, 2, 2),
     }  # fmt: skip
     assert "mxfp4" not in _formats(fit_json(LLAMA8B, "--machine", "spark", "--context", "8192",
@@ -314,7 +335,15 @@ def test_ranking_invariants(users: int, context: int, machine: str) -> None:
     assert keys == sorted(keys)
     fitting = [r for r in rows if r.fits]
     assert rows[: len(fitting)] == fitting  # every row that fits before every row that does not
-    assert [r.quality for r in fitting] == sorted(r.quality for r in fitting)
+    tiers = [F.balanced_tier(r) for r in fitting]
+    assert tiers == sorted(tiers)  # balanced: the weights' distance from the checkpoint first
+    quality = F.search(base, [machine], F.Target(users=users, context=context), prefer="quality")
+    q_fitting = [r for r in quality.rows if r.fits]
+    assert [r.quality for r in q_fitting] == sorted(r.quality for r in q_fitting)
+    fast = F.search(base, [machine], F.Target(users=users, context=context), prefer="speed")
+    f_fitting = [r for r in fast.rows if r.fits]
+    steps = [F._speed_step(r) for r in f_fitting]
+    assert steps == sorted(steps)  # speed: fastest expected decode first
     for r in rows:
         assert r.fits == r.plan.fits
         if r.fits:
@@ -375,7 +404,7 @@ def test_search_speed_against_one_plan() -> None:
     planning.make_plan(base)
     one = time.perf_counter() - started
     fmts = ("bf16", "fp8", "mxfp4", "fp8_per_block", "nvfp4", "awq", "q4_k_m")  # refused ones are planned too
-    result = F.search(base, ["dgx-spark"], F.Target(), formats_allowed=fmts)
+    result = F.search(base, ["dgx-spark"], F.Target(), formats_allowed=fmts, max_nodes=2)
     assert result.options >= 40
     # a generous bound for a loaded CI box; bench/fit_speed.py measures the figure
     assert result.seconds < 10.0, (result.seconds, one)
@@ -543,7 +572,13 @@ def test_fit_of_a_profile_takes_its_users_and_context() -> None:
     otherwise."""
     profile = str(Path(__file__).resolve().parent.parent / "profiles" / "llama8b-32k.yaml")
     d = fit_json(profile)
-    assert d["target"] == {"users": 8, "context": 32768, "mode": "users+context"}
+    assert d["target"] == {
+        "users": 8,
+        "context": 32768,
+        "mode": "users+context",
+        "min_tokens_per_s": None,
+        "max_ttft_s": None,
+    }
     assert all(o["users"] == 8 and o["max_model_len"] == 32768 for o in d["options"])
     flagged = fit_json(profile, "--users", "2", "--context", "8192")
     assert (flagged["target"]["users"], flagged["target"]["context"]) == (2, 8192)
@@ -556,3 +591,21 @@ def test_a_pooling_model_gets_no_kv_dtype_rows_and_no_decode() -> None:
     assert d["options"]
     assert {o["kv_cache_dtype"] for o in d["options"]} == {"auto"}
     assert all(o["decode"] is None and o["decode_tokens_per_s_ceiling"] is None for o in d["options"])
+
+
+def test_every_option_of_plan_is_a_field_fit_carries_or_one_it_handles() -> None:
+    """The list is plan's own options: each is a profile field with flags (carried into every row, the printed
+    command and the written profile: the tests above), or one fit takes as its own (--free-gib, --no-calibration,
+    …), or an output option."""
+    from launcher.plan.profiles import FIELDS
+
+    plan_cmd = main.get_command(click.Context(main), "plan")
+    fit_cmd = main.get_command(click.Context(main), "fit")
+    assert plan_cmd is not None and fit_cmd is not None
+    fields = {f.key.replace(".", "_").removeprefix("vllm_") for f in FIELDS if f.flags}
+    fields |= {f.key.removeprefix("vllm.") for f in FIELDS if f.flags}
+    fit_own = {p.name for p in fit_cmd.params}
+    outputs = {"as_json", "html_path", "ascii_bar", "explain", "force", "words", "compare"}
+    for p in plan_cmd.params:
+        name = p.name or ""
+        assert name in fields or name in fit_own or name in outputs, f"plan's {name} reaches no fit row"

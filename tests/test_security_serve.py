@@ -419,3 +419,21 @@ def test_unwritable_record_is_a_warning_and_the_exit_code_is_kept(box: dict[str,
     [log] = box["logs"].glob("sec-*.log")
     assert sup.run_pids(log.stem) == []
     assert guard.read_holder(box["run"] / "vlaunch" / "serve.lock") is None
+
+
+@pytest.mark.usefixtures("quiet_box")
+def test_each_line_reaches_the_run_log_as_it_comes(box: dict[str, Any]) -> None:
+    """The run log is written line by line, not in blocks: `tail -f` (and a test waiting for vLLM's statistics
+    line) sees a line while vLLM still runs."""
+    script = "#!/bin/sh\necho 'INFO a line, then silence'\nexec sleep 300\n"
+    p = _serve(box, _profile(box["tmp"], script))
+    deadline = time.monotonic() + 60
+    seen = ""
+    while time.monotonic() < deadline and "a line, then silence" not in seen:
+        logs = list(box["logs"].glob("sec-*.log"))
+        seen = logs[0].read_text() if logs else ""
+        time.sleep(0.2)
+    assert p.poll() is None, "serve should still be waiting for vLLM"
+    assert "a line, then silence" in seen
+    p.send_signal(signal.SIGTERM)
+    p.communicate(timeout=60)

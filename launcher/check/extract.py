@@ -1,6 +1,7 @@
 """The extractors of what a start-up states: its configuration, memory, CUDA graphs, pool, hybrid layout and
-timing. Each takes the parser, a pattern's match and the text it matched; `FACT_RULES` says which pattern hands its
-match to which, in the order the parser reads them (a later line of the same figure wins)."""
+timing, and of what serving states (the engine's periodic statistics). Each takes the parser, a pattern's match and
+the text it matched; `FACT_RULES` says which pattern hands its match to which, in the order the parser reads them (a
+later line of the same figure wins)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 import regex as re
 
+from launcher.check.facts import ThroughputSample
 from launcher.check.failures import gate_failure
 from launcher.vllm.logs import (
     ACTUAL_USAGE,
@@ -26,6 +28,7 @@ from launcher.vllm.logs import (
     CUDAGRAPH_POOL,
     DESIRED_UTIL,
     ENGINE_CONFIG,
+    ENGINE_THROUGHPUT,
     FREE_ON_DEVICE,
     GATE_CPU,
     GATE_GPU,
@@ -354,6 +357,26 @@ def request_traffic(p: LogParser, m: Match, text: str) -> None:
     p.traffic = True
 
 
+# --- serving ---------------------------------------------------------------------------------------------------
+
+
+def engine_throughput(p: LogParser, m: Match, text: str) -> None:
+    """A statistics line: a sample (a wrapped one once, from the line its record starts on). vLLM prints it only
+    while it serves."""
+    if p.continued and not p.new_in_join(ENGINE_THROUGHPUT):
+        return
+    sample = ThroughputSample(
+        prompt_tokens_per_s=number(m["prompt"]),
+        generation_tokens_per_s=number(m["generation"]),
+        running=int(m["running"]),
+        waiting=int(m["waiting"]),
+        kv_cache_usage=round(number(m["kv_usage"]) / 100, 6),
+        line=p.record_line,
+    )
+    p.facts.throughput.append(sample)
+    p.traffic = True
+
+
 FACT_RULES: tuple[Rule, ...] = (
     ((ENGINE_CONFIG, engine_config),),
     ((NON_DEFAULT_ARGS, non_default_args),),
@@ -389,4 +412,5 @@ FACT_RULES: tuple[Rule, ...] = (
     ((INIT_ENGINE, init_engine),),
     ((API_READY, api_ready),),
     ((REQUEST_TRAFFIC, request_traffic),),
+    ((ENGINE_THROUGHPUT, engine_throughput),),
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import field
 from typing import Any
 
@@ -25,6 +26,37 @@ class Failure:
             "fix": self.fix,
             "estimated_max_model_len": self.estimated_max_model_len,
         }
+
+
+@dataclass(frozen=True)
+class ThroughputSample:
+    """One periodic statistics line of a serving vLLM (`engine_throughput`): the averages over its interval and
+    the scheduler's queue and KV cache at its end."""
+
+    prompt_tokens_per_s: float
+    generation_tokens_per_s: float
+    running: int
+    waiting: int  # "Waiting" (V1), "Pending" (V0)
+    kv_cache_usage: float  # the device's KV cache in use, a fraction (0-1) of the logged percent
+    line: int  # the line's number in the log, from 1
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "prompt_tokens_per_s": self.prompt_tokens_per_s,
+            "generation_tokens_per_s": self.generation_tokens_per_s,
+            "running": self.running,
+            "waiting": self.waiting,
+            "kv_cache_usage": self.kv_cache_usage,
+            "line": self.line,
+        }
+
+
+# A serving log prints a statistics line every 10 s: the last MAX_THROUGHPUT_SAMPLES are kept (about 2.8 hours).
+MAX_THROUGHPUT_SAMPLES = 1000
+
+
+def _samples() -> deque[ThroughputSample]:
+    return deque(maxlen=MAX_THROUGHPUT_SAMPLES)
 
 
 # When a log shows several, the higher wins. The launch environment's failures rank below the memory failures (a
@@ -107,6 +139,8 @@ class LogFacts:
     # or a version that does not log it.
     kv_cache_group_block_sizes: list[int] | None = None
     hybrid_fallback: str | None = None  # page_sizes_not_unified | hybrid_kv_cache_manager_disabled
+    # serving: the engine's periodic statistics, in the order printed (the last MAX_THROUGHPUT_SAMPLES)
+    throughput: deque[ThroughputSample] = field(default_factory=_samples)
 
     @property
     def mamba_block_size(self) -> int | None:
@@ -179,6 +213,7 @@ class LogFacts:
             "kv_cache_groups": self.kv_cache_groups,
             "kv_cache_group_block_sizes": self.kv_cache_group_block_sizes,
             "hybrid_fallback": self.hybrid_fallback,
+            "throughput": [s.to_json() for s in self.throughput],
             "started": self.started,
             "failure": self.failure.to_json() if self.failure else None,
         }

@@ -13,6 +13,7 @@ from launcher.vllm.logs import (
     CUDA_OOM,
     DOCKER_DAEMON,
     DRIVER_TOO_OLD,
+    ENGINE_THROUGHPUT,
     ERROR_LINE,
     GRAPH_CAPTURE_FRAME,
     HF_GATED,
@@ -38,13 +39,14 @@ _NOT_VLLM_ONLY = (
 )  # fmt: skip
 VLLM_ONLY: tuple[Pattern, ...] = tuple(p for p in PATTERNS if p not in _NOT_VLLM_ONLY)
 
-# Once the API server is up, a log is request traffic: only a new boot (its banner) or a runtime failure (CUDA out
-# of memory, a worker that died, the port taken: uvicorn binds after start-up before 0.6) can change what it states.
-# A line is read then only when it holds one of these: the boot banner's keywords, CUDA's out of memory, a dead
-# worker, uvicorn's bind error (few and long: each is one search of every chunk).
+# Once the API server is up, a log is request traffic: only a new boot (its banner), a runtime failure (CUDA out of
+# memory, a worker that died, the port taken: uvicorn binds after start-up before 0.6) or the engine's periodic
+# statistics can change what it states. A line is read then only when it holds one of these: the boot banner's
+# keywords, CUDA's out of memory, a dead worker, uvicorn's bind error, the statistics' keyword (few and long: each is
+# one search of every chunk).
 AFTER_BOOT_KEYWORDS: tuple[bytes, ...] = (
     *BOOT_BANNER.keywords_bytes, b"out of memory", b"died unexpectedly (exit code: ",
-    b"error while attempting to bind on address",
+    b"error while attempting to bind on address", *ENGINE_THROUGHPUT.keywords_bytes,
 )  # fmt: skip
 SERVING_STR: tuple[str, ...] = tuple(k.decode() for k in AFTER_BOOT_KEYWORDS)
 SERVING_NO_BANNER: tuple[bytes, ...] = tuple(k for k in AFTER_BOOT_KEYWORDS if k not in BOOT_BANNER.keywords_bytes)

@@ -35,9 +35,9 @@ class LogParser:
     `Framer.continues`) continues the one before: the record they make is matched too, so a statement wrapped by a
     terminal or a forum is read. A boot banner starts a new boot: a log holding several (a service that restarted)
     states its last. Once the API server is up (`serving`), only the lines that hold one of AFTER_BOOT_KEYWORDS are
-    read (a new boot, a runtime failure), each alone; the rest is request traffic. So it is after DRY_LINES lines in a
-    row that hold keywords and state nothing (prose or prompts quoting vLLM's words, not a start-up): a real start-up
-    states something every few lines, and a boot banner reads it again from there.
+    read (a new boot, a runtime failure, the engine's statistics), each alone; the rest is request traffic. So it is
+    after DRY_LINES lines in a row that hold keywords and state nothing (prose or prompts quoting vLLM's words, not a
+    start-up): a real start-up states something every few lines, and a boot banner reads it again from there.
 
     The extractors read and write the state below that has no leading underscore."""
 
@@ -62,6 +62,7 @@ class LogParser:
         self._hits = 0  # pattern searches that matched
         self._dry = 0  # lines in a row that held keywords and matched no pattern
         self._junk = False  # DRY_LINES such lines: text quoting vLLM's words, not a start-up (see `serving`)
+        self.line_no = 0  # the number of the line being read, from 1 (the file's, when the feeder says it)
 
     @property
     def serving(self) -> bool:
@@ -70,7 +71,9 @@ class LogParser:
         return (self.facts.api_ready or self.traffic or self._junk) and self.facts.failure is None
 
     # -- public --
-    def feed(self, line: str) -> None:
+    def feed(self, line: str, line_no: int | None = None) -> None:
+        """`line_no`: the line's number in the file, when lines were left out before it (else the next)."""
+        self.line_no = self.line_no + 1 if line_no is None else line_no
         with contextlib.suppress(Exception):  # a parser bug must not take down a launch or a check
             self._feed(line)
 
@@ -97,6 +100,11 @@ class LogParser:
             found = self._found[p.name] = p.regex.search(text)
             self._hits += found is not None
         return self._found[p.name]
+
+    @property
+    def record_line(self) -> int:
+        """The number of the line the record being matched starts on (this line's, unless it is continued)."""
+        return self.line_no - len(self._framer.pieces) + 1 if self.continued else self.line_no
 
     def new_in_join(self, pattern: Pattern) -> bool:
         """A continued record's match is new only when neither the record before this line nor the line alone
@@ -161,10 +169,11 @@ class LogParser:
     def _new_boot(self) -> None:
         """A boot banner: what the log said before belongs to an earlier boot. The environment warnings printed
         since vLLM's last line (before this banner) belong to this one."""
-        old, old_boots = self.facts, self._boots
+        old, old_boots, line_no = self.facts, self._boots, self.line_no
         carried = self.pending
         repo = self.repo if "repo_access" in carried else RepoAccess()
         self.__init__()  # type: ignore[misc]
+        self.line_no = line_no
         self.facts.recognised, self.facts.lines_read, self.facts.source = old.recognised, old.lines_read, old.source
         self.hints, self.repo = dict(carried), repo
         self._boots = old_boots + 1

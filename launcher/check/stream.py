@@ -182,9 +182,38 @@ def _line_end(data: bytearray, i: int, b: int) -> int:
     return data.find(b"\n", i - 1, b) + 1
 
 
-def _parse_block(p: LogParser, data: bytearray, begin: int, n: int, before: tuple[bool, bool]) -> tuple[bool, bool]:
+class _LineNumbers:
+    """The file's line numbers of the lines handed over: `base` lines end before the block's first byte, `count`
+    of them in data[begin:at]. Each byte is counted once, as the lines handed over move forward."""
+
+    def __init__(self) -> None:
+        self.base = self.begin = self.at = self.count = 0
+
+    def block(self, begin: int) -> None:
+        self.begin = self.at = begin
+        self.count = 0
+
+    def of(self, data: bytearray, s: int) -> int:
+        """The number of the line starting at data[s]."""
+        if s < self.begin:
+            return self.base  # the block's line before, the last of the block before
+        if s >= self.at:
+            self.count += data.count(b"\n", self.at, s)
+        else:
+            self.count -= data.count(b"\n", s, self.at)
+        self.at = s
+        return self.base + self.count + 1
+
+    def end(self, data: bytearray, n: int) -> None:
+        self.base += self.count + data.count(b"\n", self.at, n)
+
+
+def _parse_block(
+    p: LogParser, data: bytearray, begin: int, n: int, before: tuple[bool, bool], numbers: _LineNumbers
+) -> tuple[bool, bool]:
     """Hand the parser the lines of data[begin:n] that can matter. `before`, and what it returns for the next block:
     whether the last line was handed over, and whether it continues a record."""
+    numbers.block(begin)
     fed = begin if before[0] else -1  # the end of the last line handed over (-1: not the line before begin)
     pos, banners = _boot_skip(data, begin, n)
     follows = before[1] and pos == begin
@@ -203,12 +232,13 @@ def _parse_block(p: LogParser, data: bytearray, begin: int, n: int, before: tupl
             e = data.find(b"\n", s, n)
             if s != fed:
                 p.gap()
-            p.feed(data[s : min(e, s + STREAM_LINE_CAP)].decode("utf-8", errors="replace"))
+            p.feed(data[s : min(e, s + STREAM_LINE_CAP)].decode("utf-8", errors="replace"), numbers.of(data, s))
             fed = e + 1
             if p.serving != serving:
                 nxt = fed
                 break
         pos = nxt
+    numbers.end(data, n)
     last = data.rfind(b"\n", 0, n - 1) + 1
     return fed == n, last > 0 and begin <= last and _CONTINUATION_RAW.match(data, last - 1, n) is not None
 
@@ -224,6 +254,7 @@ def parse_stream(fh: IO[bytes]) -> LogFacts:
     """Parse a whole log from a binary file object, in constant memory."""
     p = LogParser()
     before = (False, False)
+    numbers = _LineNumbers()
     for data, begin, n in _blocks(fh):
-        before = _parse_block(p, data, begin, n, before)
+        before = _parse_block(p, data, begin, n, before, numbers)
     return p.finish()

@@ -21,18 +21,27 @@ from launcher.common.errors import VlaunchError
 @click.option("--dry-run", is_flag=True, help="Fit and print, but do not store.")
 @json_option
 def calibrate(paths: tuple[str, ...], config: str | None, model: str | None, dry_run: bool, as_json: bool) -> None:
-    """Fit the measured terms (activation, non-torch, CUDA graphs, CPU worker memory) from runs and logs.
+    """Fit the measured terms (activation, non-torch, CUDA graphs, CPU worker memory) and the decode efficiency
+    from runs and logs.
 
     PATHS are run records (logs/*.json, the default) or vLLM logs from anywhere. Terms are grouped by machine
     and vLLM version and stored in $XDG_CONFIG_HOME/vlaunch/calibration.yaml; `plan` then uses the matching
-    group and says so. A group from another machine or version is never applied.
+    group and says so. A group from another machine or version is never applied. A run record of `serve` also
+    holds vLLM's "Avg generation throughput" lines: each decode-bound interval over the rate its decode step
+    models is a measured efficiency, which `fit` then uses for that machine and version (expected_source:
+    measured).
     """
     from launcher.plan import calibration
+    from launcher.plan.speed_calibration import RunSpeed, run_speed, save_speed
 
     skipped: list[str] = []
     samples: list[calibration.Sample] = []
+    speeds: list[RunSpeed] = []
     for f in _calibration_files(paths):
-        s = _record_sample(f, skipped) if f.suffix == ".json" else _log_sample(f, config, model, skipped)
+        record = _read_record(f, skipped) if f.suffix == ".json" else None
+        if record is not None and (rs := run_speed(record, str(f))) is not None:
+            speeds.append(rs)
+        s = _record_sample(f, record, skipped) if f.suffix == ".json" else _log_sample(f, config, model, skipped)
         if s is not None:
             samples.append(s)
     groups: dict[tuple[str, str], list[calibration.Sample]] = {}
@@ -43,10 +52,13 @@ def calibrate(paths: tuple[str, ...], config: str | None, model: str | None, dry
     stored = None
     if fitted and not dry_run:
         stored = calibration.save_terms(fitted)
+    if speeds and not dry_run:
+        stored = save_speed(speeds)
     if as_json:
         emit_json(
             {
                 "groups": [{"machine": m, "vllm_version": v, **t} for (m, v), t in fitted.items()],
+                "speed": [_speed_json(r) for r in speeds],
                 "skipped": skipped,
                 "ignored": ignored,
                 "stored": str(stored) if stored else None,
@@ -55,11 +67,13 @@ def calibrate(paths: tuple[str, ...], config: str | None, model: str | None, dry
         return
     for (m, v), t in fitted.items():
         click.echo(f"{m}, vLLM {v}: " + ", ".join(_term_parts(t)))
+    for r in speeds:
+        click.echo(_speed_line(r))
     for why in skipped:
         click.echo(f"skipped {why}")
     for note in ignored:
         click.echo(note)
-    if not fitted:
+    if not fitted and not speeds:
         click.echo("nothing to calibrate from")
     elif stored:
         click.echo(f"stored in {stored}")
@@ -79,10 +93,9 @@ def _calibration_files(paths: tuple[str, ...]) -> list[Path]:
     return files
 
 
-def _record_sample(f: Path, skipped: list[str]) -> Any:
-    """A run record's sample; None, with the reason added to `skipped`, when it gives none."""
+def _read_record(f: Path, skipped: list[str]) -> dict[str, Any] | None:
+    """A run record's data; None, with the reason added to `skipped`, when it is none."""
     from launcher.common.files import read_small
-    from launcher.plan import calibration
 
     try:
         record = json.loads(read_small(f))
@@ -92,10 +105,49 @@ def _record_sample(f: Path, skipped: list[str]) -> Any:
     except (ValueError, RecursionError):  # not JSON, not UTF-8, digits past int's limit, nested too deep
         skipped.append(f"{f}: not a run record")
         return None
-    s = calibration.sample_from_record(record, str(f)) if isinstance(record, dict) else None
+    if not isinstance(record, dict):
+        skipped.append(f"{f}: not a run record")
+        return None
+    return record
+
+
+def _record_sample(f: Path, record: dict[str, Any] | None, skipped: list[str]) -> Any:
+    """A run record's sample; None, with the reason added to `skipped`, when it gives none."""
+    from launcher.plan import calibration
+
+    if record is None:
+        return None
+    s = calibration.sample_from_record(record, str(f))
     if s is None:
         skipped.append(f"{f}: not a run record")
     return s
+
+
+def _speed_json(r: Any) -> dict[str, Any]:
+    return {
+        "machine": r.machine,
+        "vllm_version": r.version,
+        "model": r.model,
+        "source": r.source,
+        "intervals": [
+            {
+                "regime": i.regime,
+                "efficiency": i.efficiency,
+                "running": i.running,
+                "context": i.context,
+                "generation_tokens_per_s": i.generation_tokens_per_s,
+            }
+            for i in r.intervals
+        ],
+    }
+
+
+def _speed_line(r: Any) -> str:
+    by: dict[str, list[float]] = {}
+    for i in r.intervals:
+        by.setdefault(i.regime, []).append(i.efficiency)
+    parts = [f"{k} {sorted(v)[len(v) // 2]:.2f} of the modelled rate ({len(v)} interval(s))" for k, v in by.items()]
+    return f"{r.machine}, vLLM {r.version}: decode {', '.join(parts)} from {r.source}"
 
 
 def _log_sample(f: Path, config: str | None, model: str | None, skipped: list[str]) -> Any:

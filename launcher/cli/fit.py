@@ -41,10 +41,22 @@ _FIT_PINNABLE = ("quantization", "kv_cache_dtype", "tensor_parallel_size", "pipe
 @click.option(
     "--max-nodes",
     type=click.IntRange(1, 2),
-    default=2,
-    show_default=True,
-    help="DGX Sparks a model may span (one GPU each, vLLM's Ray executor).",
+    help="DGX Sparks a model may span (one GPU each, vLLM's Ray executor); default: the profile's nodes, else 1.",
 )
+@click.option(
+    "--prefer",
+    type=click.Choice(["speed", "balanced", "quality"]),
+    default="balanced",
+    show_default=True,
+    help="What ranks first among the rows that fit: decode speed, 8-bit-or-better weights then speed, or the "
+    "weights closest to 16 bits.",
+)
+@click.option("--min-tokens-per-s", type=click.FloatRange(min=0, min_open=True), metavar="TOKENS",
+              help="Target: expected decode tokens/s per user at least this.")  # fmt: skip
+@click.option("--max-ttft", "max_ttft", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="Target: expected time to first token at the context at most this many seconds.")  # fmt: skip
+@click.option("--mtp-acceptance", type=click.FloatRange(0, 1), default=0.7, show_default=True,
+              help="Chance each MTP draft token is accepted (the expected speed of MTP rows).")  # fmt: skip
 @click.option(
     "--formats",
     "formats_",
@@ -73,7 +85,11 @@ def fit(
     context: str | None,
     compare: str | None,
     gpus: int | None,
-    max_nodes: int,
+    max_nodes: int | None,
+    prefer: str,
+    min_tokens_per_s: float | None,
+    max_ttft: float | None,
+    mtp_acceptance: float,
     formats_: str | None,
     memory_bandwidth_gbs: float | None,
     top: int,
@@ -91,14 +107,14 @@ def fit(
 
     MODEL is a repo id, a model directory, a config.json or a profile (or leave it out and give --model,
     --hf-config-path or --config). vlaunch enumerates the weight format (the checkpoint's own; for a 16-bit
-    checkpoint bf16, fp8, NVFP4, MXFP4, AWQ, GPTQ and GGUF Q8_0 / Q4_K_M), the KV cache dtype (auto, fp8), tensor
-    / pipeline parallel over the box's GPUs or two DGX Sparks, MTP speculative decoding where the checkpoint has
-    it, and max_num_seqs; a choice given as a flag (--quantization,
-    --kv-cache-dtype, -tp, -pp, --speculative-config, --max-num-seqs) is held. With --users N and --context C the
-    options that fit N users × C tokens come first: fewest quality compromises (bf16 > fp8 > NVFP4/MXFP4 > int4;
-    KV auto > fp8), then fewest GPUs, then the most memory left. Without them each row gives the most users at the
-    model's context and the longest context for 1, 4 and 16 users. Each row's decode speed is a ceiling
-    (bandwidth ÷ bytes per step), not a benchmark. Exit 3 when no option fits.
+    checkpoint what vLLM makes from it while loading: fp8, MXFP4, NVFP4 for MoE experts on Blackwell), the KV cache
+    dtype (auto, fp8), tensor / pipeline parallel over the box's GPUs (expert parallel for a MoE), up to
+    --max-nodes DGX Sparks, MTP speculative decoding where the checkpoint has it, and max_num_seqs; a choice given
+    as a flag (--quantization, --kv-cache-dtype, -tp, -pp, --speculative-config, --max-num-seqs) is held. Rows
+    that fit, run from the checkpoint at hand and meet --min-tokens-per-s / --max-ttft come first, then by
+    --prefer (the output states the rule in one line). Each row shows the decode ceiling (bandwidth ÷ bytes per
+    step), the expected decode per user and in total, and the time to first token, each with its source. Exit 3
+    when no option fits or none meets the targets.
     """
     if pick is not None and not write_profile:
         raise click.UsageError("--pick RANK chooses the row --write-profile writes; give --write-profile NAME too")
@@ -116,11 +132,14 @@ def fit(
     from launcher.common.units import gib_to_bytes
 
     free_bytes = None if free_gib is None else gib_to_bytes(free_gib)
-    options = {"gpus": gpus, "max_nodes": max_nodes, "bandwidth_gbs": memory_bandwidth_gbs, "free_bytes": free_bytes}
-    result = _search(base, flags, target_context, compare, formats_, use_calibration=not no_calibration, **options)
+    options = {"gpus": gpus, "max_nodes": max_nodes, "bandwidth_gbs": memory_bandwidth_gbs, "free_bytes": free_bytes,
+               "prefer": prefer, "mtp_acceptance": mtp_acceptance}  # fmt: skip
+    goals = {"min_tokens_per_s": min_tokens_per_s, "max_ttft_s": max_ttft}
+    result = _search(base, flags, target_context, compare, formats_, goals, use_calibration=not no_calibration,
+                     **options)  # fmt: skip
     written = _write_outputs(result, base, flags, write_profile, pick, html_path, force)
     _show_fit(result, written, html_path, as_json=as_json, top=None if show_all else top)
-    if not result.fits:
+    if not result.meets_targets:
         sys.exit(EXIT_DOES_NOT_FIT)
 
 
@@ -146,7 +165,13 @@ def _allowed_formats(formats_: str | None) -> tuple[str, ...] | None:
 
 
 def _search(
-    base: Any, flags: dict[str, Any], context: int | None, compare: str | None, formats_: str | None, **options: Any
+    base: Any,
+    flags: dict[str, Any],
+    context: int | None,
+    compare: str | None,
+    formats_: str | None,
+    goals: dict[str, float | None],
+    **options: Any,
 ) -> Any:
     """The search over the base profile's machine and --compare's, holding the choices given as flags."""
     from launcher.plan import fit as fitting
@@ -154,7 +179,7 @@ def _search(
     pinned = {k: flags.get(k) for k in _FIT_PINNABLE if flags.get(k) is not None}
     machines = [base.machine, *(machine_names(compare) if compare else [])]
     allowed = _allowed_formats(formats_)
-    target = fitting.Target(users=flags.get("users"), context=context)
+    target = fitting.Target(users=flags.get("users"), context=context, **goals)
     return fitting.search(base, machines, target, formats_allowed=allowed, pinned=pinned, detect=detect(), **options)
 
 

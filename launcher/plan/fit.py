@@ -15,6 +15,7 @@ model's context), the rows then saying how many users fit and how long a context
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Iterable
 from typing import Any, Literal
@@ -25,11 +26,13 @@ from launcher.common.units import GiB, last_true
 from launcher.model.arch.model import Model
 from launcher.model.formats import FormatSpec
 from launcher.model.kv import kv_per_token
-from launcher.plan import decode
+from launcher.plan import decode, speed
 from launcher.plan.cache import PlanCache
 from launcher.plan.machines import Machine
 from launcher.plan.planning import Plan, make_plan
 from launcher.plan.profiles import Profile
+from launcher.plan.rowspeed import RowSpeed, row_speed
+from launcher.plan.speed import DEFAULT_MTP_ACCEPTANCE
 from launcher.plan.verdict import known_gpus
 from launcher.vllm import pool as vp
 from launcher.vllm import quant
@@ -66,6 +69,7 @@ class Option:
     nodes: int = 1  # machines (a DGX Spark holds one GPU: two Sparks are two nodes)
     speculative: tuple[tuple[str, Any], ...] = ()  # vLLM's speculative_config; () off
     max_num_seqs: int | None = None  # None: vLLM's default
+    expert_parallel: bool = False  # MoE experts split whole across the tensor-parallel ranks
 
     @property
     def gpus(self) -> int:
@@ -88,13 +92,42 @@ class Option:
             out += ["--speculative-config", json.dumps(dict(self.speculative), separators=(",", ":"))]
         if self.max_num_seqs is not None:
             out += ["--max-num-seqs", str(self.max_num_seqs)]
+        if self.expert_parallel:
+            out += ["--enable-expert-parallel"]
         return out
+
+
+def _tps(v: float | None) -> str:
+    return "unknown" if v is None else f"{v:,.1f}"
+
+
+def _secs(v: float | None) -> str:
+    return "unknown" if v is None else f"{v:,.2f} s"
 
 
 @dataclass(frozen=True)
 class Target:
     users: int | None = None
     context: int | None = None
+    min_tokens_per_s: float | None = None  # expected decode per user at least this
+    max_ttft_s: float | None = None  # expected time to first token at the row's context at most this
+
+    def misses(self, rs: RowSpeed | None) -> tuple[str, ...]:
+        """The targets a row's expected speed misses (a row without a speed misses any speed target)."""
+        out: list[str] = []
+        if self.min_tokens_per_s is not None:
+            got = rs.expected.tokens_per_s if rs else None
+            if got is None or got < self.min_tokens_per_s:
+                out.append(f"decode {_tps(got)} < {self.min_tokens_per_s:g} tokens/s per user")
+        if self.max_ttft_s is not None:
+            ttft = rs.ttft_s if rs else None
+            if ttft is None or ttft > self.max_ttft_s:
+                out.append(f"time to first token {_secs(ttft)} > {self.max_ttft_s:g} s")
+        return tuple(out)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"users": self.users, "context": self.context, "mode": self.mode,
+                "min_tokens_per_s": self.min_tokens_per_s, "max_ttft_s": self.max_ttft_s}  # fmt: skip
 
     @property
     def mode(self) -> Mode:
@@ -119,6 +152,8 @@ class Row:
     headroom_bytes: int  # memory left per GPU after the row's buckets (negative: short by that much)
     binding_bucket: str | None
     needs_checkpoint: bool
+    speed: RowSpeed | None = None
+    misses: tuple[str, ...] = ()  # the targets (--min-tokens-per-s, --max-ttft) the row's expected speed misses
     rank: int = 0
     chosen: bool = False
 
@@ -129,6 +164,35 @@ class Row:
     @property
     def quality(self) -> tuple[int, int]:
         return WEIGHT_QUALITY.get(self.plan.spec.name, 3), 0 if self.option.kv_cache_dtype == "auto" else 1
+
+    @property
+    def eligible(self) -> bool:
+        """It fits, runs from the checkpoint the user has, and meets the targets: a row that can be chosen."""
+        return self.fits and not self.needs_checkpoint and not self.misses
+
+    @property
+    def expected_tokens_per_s(self) -> float:
+        return self.speed.expected.tokens_per_s if self.speed is not None else 0.0
+
+    def reasons(self) -> list[str]:
+        """Why the row does not fit or cannot be chosen: vLLM's refusal, the plan's reasons, the checkpoint it
+        needs, the targets it misses."""
+        out = ([self.plan.invalid] if self.plan.invalid else []) + list(self.plan.prediction.reasons)
+        if self.needs_checkpoint:
+            fmt, version = self.option.format, V.fmt_version(self.plan.prediction.args.version)
+            out.append(f"needs a {fmt} checkpoint: vLLM {version} does not make {fmt} from a "
+                       f"{self.plan.stored.name} one while loading")  # fmt: skip
+        return out + [f"misses the target: {m}" for m in self.misses]
+
+    def decode_json(self) -> dict[str, Any] | None:
+        if self.decode is None:
+            return None
+        out = self.decode.to_json()
+        if self.speed is not None:
+            out.update(self.speed.expected.to_json())
+            out.update({"ttft_s": None if self.speed.ttft_s is None else round(self.speed.ttft_s, 3),
+                        "ttft_source": self.speed.ttft_source, "ttft_basis": self.speed.ttft_basis})  # fmt: skip
+        return out
 
     def to_json(self) -> dict[str, Any]:
         p = self.plan.prediction
@@ -162,10 +226,14 @@ class Row:
             "max_context": self.max_context,
             "max_context_by_users": {str(k): v for k, v in self.max_context_by_users.items()},
             "decode_tokens_per_s_ceiling": None if self.decode is None else round(self.decode.tokens_per_s, 2),
-            "decode": None if self.decode is None else self.decode.to_json(),
+            "decode": self.decode_json(),
+            "expert_parallel": self.option.expert_parallel,
+            "needs_checkpoint": self.needs_checkpoint,
+            "meets_targets": not self.misses,
+            "target_misses": list(self.misses),
             "quality": list(self.quality),
             "flags": [*self.option.flags(), "--max-model-len", str(self.max_model_len), "--users", str(self.users)],
-            "reasons": ([self.plan.invalid] if self.plan.invalid else []) + list(p.reasons),
+            "reasons": self.reasons(),
             "kv_pool_tokens": p.pool.tokens,
             "max_concurrency": round(p.pool.max_concurrency, 2),
             "vllm_argv": self.plan.shown_argv,
@@ -187,10 +255,20 @@ class Fit:
     plans: int
     seconds: float
     notes: tuple[str, ...] = ()
+    prefer: Prefer = "balanced"
+    mtp_acceptance: float = DEFAULT_MTP_ACCEPTANCE
 
     @property
     def fits(self) -> bool:
         return any(r.fits for r in self.rows)
+
+    @property
+    def meets_targets(self) -> bool:
+        return any(r.eligible for r in self.rows)
+
+    @property
+    def ranking_rule(self) -> str:
+        return ranking_rule(self.prefer, self.target.mode)
 
     def chosen(self, machine: str | None = None) -> Row | None:
         return next((r for r in self.rows if r.chosen and (machine is None or r.machine == machine)), None)
@@ -201,7 +279,11 @@ class Fit:
             "model_type": self.model_type,
             "checkpoint_format": self.checkpoint_format,
             "model_context": self.model_context,
-            "target": {"users": self.target.users, "context": self.target.context, "mode": self.target.mode},
+            "target": self.target.to_json(),
+            "prefer": self.prefer,
+            "ranking_rule": self.ranking_rule,
+            "mtp_acceptance": self.mtp_acceptance,
+            "meets_targets": self.meets_targets,
             "machine": self.machines[0].name,
             "machines": [
                 {
@@ -226,7 +308,11 @@ class Fit:
 
 DECODE_NOTE = (
     "decode_tokens_per_s_ceiling is an upper bound, not a benchmark: memory bandwidth ÷ the bytes one decode step "
-    "reads (active weights — a MoE token's experts only — plus every user's KV cache at the full context), per user"
+    "reads (active weights — a MoE token's experts only — plus every user's KV cache at the full context), per user. "
+    "decode.expected_tokens_per_s is what to expect: the experts a batch really touches, the recurrent state read and "
+    "rewritten, MTP at its acceptance rate and the link between boxes, at the share of the bandwidth vLLM-class "
+    "engines reach in that regime (expected_source: measured on this box, calibrated from published points, or a "
+    "default); ttft_s is one user's prefill at the row's context"
 )
 
 
@@ -352,6 +438,19 @@ def layout_choices(
     return out
 
 
+def expert_parallel_choices(shape: Model, tp: int, pinned: bool) -> list[bool]:
+    """Expert parallel where vLLM offers it: a MoE split over tensor-parallel ranks (held when the profile sets it)."""
+    if pinned:
+        return [True]
+    return [False, True] if shape.is_moe and tp > 1 and tp <= _routed_experts(shape) else [False]
+
+
+def _routed_experts(shape: Model) -> int:
+    from launcher.model.arch.layers import MoE
+
+    return min((f.num_experts for layer in shape.layers for f in layer.mlps if isinstance(f, MoE)), default=0)
+
+
 def speculative_choices(shape: Model, pinned: tuple[tuple[str, Any], ...] | None) -> list[tuple[tuple[str, Any], ...]]:
     if pinned is not None:
         return [pinned]
@@ -410,6 +509,7 @@ def option_profile(base: Profile, o: Option) -> Profile:
         "pipeline_parallel_size": o.pipeline_parallel_size,
         "speculative_config": dict(o.speculative) or None,
         "max_num_seqs": o.max_num_seqs,
+        "enable_expert_parallel": o.expert_parallel,
     }
     if o.nodes > 1 and not base.nodes:
         per = max(1, o.gpus // o.nodes)
@@ -532,7 +632,16 @@ def decode_ceiling(
     )
 
 
-def _row(planner: _Planner, machine: Machine, o: Option, target: Target, top: int, bandwidth: int | None) -> Row:
+def _row(
+    planner: _Planner,
+    machine: Machine,
+    o: Option,
+    search: _Search,
+    top: int,
+    bandwidth: int | None,
+    measured: dict[str, speed.Efficiency] | None = None,
+) -> Row:
+    target = search.target
     by_users: dict[int, int] = {}
     if target.mode == "users+context":
         assert target.users is not None and target.context is not None
@@ -552,6 +661,10 @@ def _row(planner: _Planner, machine: Machine, o: Option, target: Target, top: in
         length = target.context or (by_users[1] if 0 < by_users[1] < top else top)
         plan = planner.plan(o, length, users)
     p = plan.prediction
+    ceiling = decode_ceiling(plan, users, bandwidth, planner.cache)
+    rs = None
+    if ceiling is not None and bandwidth:
+        rs = row_speed(plan, users, bandwidth, planner.cache, acceptance=search.mtp_acceptance, measured=measured)
     return Row(
         machine=machine.name,
         option=o,
@@ -561,10 +674,12 @@ def _row(planner: _Planner, machine: Machine, o: Option, target: Target, top: in
         max_users=p.max_users,
         max_context=by_users.get(users, 0),
         max_context_by_users=by_users,
-        decode=decode_ceiling(plan, users, bandwidth, planner.cache),
+        decode=ceiling,
         headroom_bytes=p.total_bytes - p.plan_total_bytes,
         binding_bucket=binding_bucket(plan),
         needs_checkpoint=_format_refused(plan),
+        speed=rs,
+        misses=target.misses(rs),
     )
 
 
@@ -574,19 +689,66 @@ def _format_refused(plan: Plan) -> bool:
     return quant.resolve(p.quantization, plan.stored, plan.shape, plan.prediction.args.version).refusal is not None
 
 
-def rank_key(r: Row, mode: Mode) -> tuple[Any, ...]:
-    """Rows that fit first; then fewest quality compromises (weights, then KV); then fewest GPUs; then the most
-    headroom: whole GiB of memory left with a target of users and context, else the longest context in whole
-    thousands of tokens (--users) or the most users; then the highest decode ceiling."""
+Prefer = Literal["speed", "balanced", "quality"]
+PREFERS: tuple[Prefer, ...] = ("speed", "balanced", "quality")
+DEFAULT_PREFER: Prefer = "balanced"
+"""balanced by default: on the boxes people own, decode speed is what a user feels, while 8-bit weights and an fp8
+KV cache cost a quality difference few users see; 4-bit weights made from the checkpoint cost more, so they win
+only when nothing closer fits."""
+SPEED_STEP = 1.05
+"""Expected speeds within 5 % rank alike: the model is not finer than that."""
+_ROOM = {"users+context": "memory left", "users": "context for the users", "context": "users", "none": "users"}
+
+
+def balanced_tier(r: Row) -> int:
+    """How far the row's weights are from the checkpoint's, as a user would notice: its own format and 8-bit 0,
+    4-bit floating point (NVFP4, MXFP4) 1, 4-bit integer 2."""
+    if r.option.own:
+        return 0
+    q = WEIGHT_QUALITY.get(r.plan.spec.name, 3)
+    return 0 if q <= 1 else q - 1
+
+
+def _speed_step(r: Row) -> int:
+    """Expected tokens/s per user in SPEED_STEP steps, fastest first (ceiling where no expected figure)."""
+    tps = r.expected_tokens_per_s or (r.decode.tokens_per_s if r.decode is not None else 0.0)
+    return -round(math.log(tps) / math.log(SPEED_STEP)) if tps > 0 else 0
+
+
+def _room(r: Row, mode: Mode) -> int:
+    """Memory left in whole GiB with a target of users and context, else the longest context in whole thousands of
+    tokens (--users), else the most users."""
     if mode == "users+context":
-        room: int = r.headroom_bytes // GiB  # a few MiB more is no reason to prefer a slower layout
-    elif mode == "users":
-        room = r.max_context // 1024
-    else:
-        room = r.max_users
-    speed = r.decode.tokens_per_s if r.decode is not None else 0.0
-    return (not r.fits, *r.quality, r.option.gpus, -room, -speed, bool(r.option.speculative),
-            r.option.max_num_seqs or 0)  # fmt: skip
+        return r.headroom_bytes // GiB
+    if mode == "users":
+        return r.max_context // 1024
+    return r.max_users
+
+
+def rank_key(r: Row, mode: Mode, prefer: Prefer = DEFAULT_PREFER) -> tuple[Any, ...]:
+    """Rows that can be chosen first (they fit, run from the checkpoint at hand, meet the targets); then by the
+    goal (ranking_rule says it in words); ties: without MTP, without expert parallel, vLLM's max_num_seqs."""
+    head = (not r.fits, r.needs_checkpoint, bool(r.misses))
+    tail = (bool(r.option.speculative), r.option.expert_parallel, r.option.max_num_seqs or 0)
+    kv = r.quality[1]
+    if prefer == "quality":
+        return (*head, *r.quality, r.option.gpus, _speed_step(r), -_room(r, mode), *tail)
+    if prefer == "speed":
+        return (*head, _speed_step(r), balanced_tier(r), kv, r.option.gpus, -_room(r, mode), *tail)
+    return (*head, balanced_tier(r), r.option.gpus, _speed_step(r), kv, -_room(r, mode), *tail)
+
+
+def ranking_rule(prefer: Prefer, mode: Mode) -> str:
+    """rank_key in one line."""
+    first = "rows that fit, run from the checkpoint at hand and meet the targets first; then "
+    speed = "fastest expected decode per user (5 % steps)"
+    room = f"most {_ROOM[mode]}"
+    if prefer == "quality":
+        return first + f"weights closest to 16 bits, KV cache in the model's dtype, fewest GPUs, {speed}, {room}"
+    if prefer == "speed":
+        return first + f"{speed}, then weights closest to the checkpoint, fewest GPUs, {room}"
+    return first + (f"weights within 8 bits of the checkpoint (4-bit float next, 4-bit integer last), fewest GPUs, "
+                    f"{speed}, KV cache in the model's dtype, {room}")  # fmt: skip
 
 
 def _same_memory(a: Row, b: Row) -> bool:
@@ -615,7 +777,9 @@ def search(
     target: Target,
     *,
     gpus: int | None = None,
-    max_nodes: int = 2,
+    max_nodes: int | None = None,
+    prefer: Prefer = DEFAULT_PREFER,
+    mtp_acceptance: float = DEFAULT_MTP_ACCEPTANCE,
     formats_allowed: tuple[str, ...] | None = None,
     pinned: dict[str, Any] | None = None,
     bandwidth_gbs: float | None = None,
@@ -625,9 +789,12 @@ def search(
 ) -> Fit:
     """Every option on every machine, planned and ranked; the first row of each machine is marked chosen.
     `detect`: the launch's python may be run to read its vLLM version (--detect-version). `free_bytes`: memory free
-    at launch on the first machine (`--free-gib`); the machines compared with it are planned empty."""
+    at launch on the first machine (`--free-gib`); the machines compared with it are planned empty. `max_nodes`:
+    boxes a model may span (None: the base profile's nodes, else one)."""
     started = time.perf_counter()
-    search = _Search(target, gpus, max_nodes, formats_allowed, pinned or {}, bandwidth_gbs, use_calibration, detect)
+    nodes = max_nodes if max_nodes is not None else max(len(base.nodes), 1)
+    search = _Search(target, gpus, nodes, formats_allowed, pinned or {}, bandwidth_gbs, use_calibration, detect,
+                     prefer, mtp_acceptance)  # fmt: skip
     rows: list[Row] = []
     machine_list: list[Machine] = []
     notes: list[str] = []
@@ -650,9 +817,10 @@ def search(
         machine_rows = _machine_rows(search, planner, probe, notes)
         options += len(machine_rows)
         plans += len(planner.plans)
-        machine_rows.sort(key=lambda r: rank_key(r, target.mode))
+        machine_rows.sort(key=lambda r: rank_key(r, target.mode, prefer))
         rows += [
-            dataclasses.replace(r, rank=len(rows) + j + 1, chosen=j == 0 and r.fits) for j, r in enumerate(machine_rows)
+            dataclasses.replace(r, rank=len(rows) + j + 1, chosen=j == 0 and r.eligible)
+            for j, r in enumerate(machine_rows)
         ]
     if first is None:
         raise VlaunchError("fit needs a machine")
@@ -670,7 +838,9 @@ def search(
         options=options,
         plans=plans,
         seconds=time.perf_counter() - started,
-        notes=tuple(notes),
+        notes=tuple(notes + _target_notes(rows, target)),
+        prefer=prefer,
+        mtp_acceptance=mtp_acceptance,
     )
 
 
@@ -686,6 +856,8 @@ class _Search:
     bandwidth_gbs: float | None
     use_calibration: bool
     detect: bool
+    prefer: Prefer = DEFAULT_PREFER
+    mtp_acceptance: float = DEFAULT_MTP_ACCEPTANCE
 
 
 def _machine_rows(search: _Search, planner: _Planner, probe: Plan, notes: list[str]) -> list[Row]:
@@ -712,14 +884,37 @@ def _machine_rows(search: _Search, planner: _Planner, probe: Plan, notes: list[s
     if not bw:
         notes.append(f"{machine.name}: no memory bandwidth figure; --memory-bandwidth-gbs gives one")
     choices = [
-        Option(fmt, own, kv, tp, pp, nodes, spec, mns)
+        Option(fmt, own, kv, tp, pp, nodes, spec, mns, ep)
         for fmt, own in fmts
         for kv in kv_choices(shape, pinned.get("kv_cache_dtype"), probe.prediction.args.pooling)
         for tp, pp, nodes in layouts
+        for ep in expert_parallel_choices(shape, tp, prof.enable_expert_parallel)
         for spec in speculative_choices(shape, spec_pin)
         for mns in seqs
     ]
-    return without_idle_seqs([_row(planner, machine, o, target, top, bw) for o in choices])
+    measured = _measured_speed(probe) if search.use_calibration and not search.bandwidth_gbs else None
+    return without_idle_seqs([_row(planner, machine, o, search, top, bw, measured) for o in choices])
+
+
+def _measured_speed(probe: Plan) -> dict[str, speed.Efficiency]:
+    """This box's measured decode efficiencies for the machine and vLLM version (vlaunch calibrate)."""
+    from launcher.plan.calibration import machine_key
+    from launcher.plan.speed_calibration import lookup_speed
+
+    m = probe.machine
+    return lookup_speed(machine_key(m.name, m.total_bytes), V.fmt_version(probe.prediction.args.version))
+
+
+def _target_notes(rows: list[Row], target: Target) -> list[str]:
+    """Why nothing was chosen when rows fit but none meets the targets."""
+    if any(r.eligible for r in rows) or not any(r.fits for r in rows):
+        return []
+    fitting = [r for r in rows if r.fits and not r.needs_checkpoint]
+    if not fitting:
+        return ["every row that fits needs a checkpoint in another format: name one (--model) to serve it"]
+    fastest = max(fitting, key=lambda r: r.expected_tokens_per_s)
+    return [f"no row meets the targets, so none is chosen; the fastest that fits is #{fastest.rank}: "
+            + "; ".join(fastest.misses)]  # fmt: skip
 
 
 def _model_context(plan: Plan) -> int:

@@ -59,6 +59,18 @@ class Machine:
     interconnect: Interconnect = "pcie"
     """How this box's GPUs talk to each other (tensor parallel's all-reduce): it sizes NCCL's buffers."""
     interconnect_source: str = "not stated: planned as PCIe"
+    tensor_tflops: tuple[tuple[str, float], ...] = ()
+    """Dense tensor-core throughput per GPU by compute dtype (bf16, fp8, fp4), TFLOPS, FP32 accumulate: the roof of
+    prefill; () where no figure is known (`cuda`, `cpu`)."""
+    tensor_source: str = ""
+
+    def tflops(self, dtype: str) -> float | None:
+        """Tensor throughput in `dtype`, falling back to the widest dtype the GPU has (fp4 → fp8 → bf16)."""
+        table = dict(self.tensor_tflops)
+        for d in {"fp4": ("fp4", "fp8", "bf16"), "fp8": ("fp8", "bf16")}.get(dtype, ("bf16",)):
+            if d in table:
+                return table[d]
+        return None
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -74,6 +86,8 @@ class Machine:
             "bandwidth_source": self.bandwidth_source,
             "interconnect": self.interconnect,
             "interconnect_source": self.interconnect_source,
+            "tensor_tflops": dict(self.tensor_tflops),
+            "tensor_source": self.tensor_source,
         }
 
 
@@ -88,6 +102,7 @@ def _gpu(
     bandwidth_source: str,
     unified: bool = False,
     interconnect: tuple[Interconnect, str] = ("pcie", "consumer and PCIe cards: no NVLink between GPUs"),
+    tensor: tuple[dict[str, float], str] = ({}, ""),
 ) -> Machine:
     return Machine(
         name,
@@ -101,6 +116,8 @@ def _gpu(
         bandwidth_source=bandwidth_source,
         interconnect=interconnect[0],
         interconnect_source=interconnect[1],
+        tensor_tflops=tuple(tensor[0].items()),
+        tensor_source=tensor[1],
     )
 
 
@@ -135,6 +152,11 @@ CATALOG: dict[str, Machine] = {
             bandwidth_gbs=273,
             bandwidth_source="NVIDIA DGX Spark specifications: 128 GB LPDDR5x, 273 GB/s",
             interconnect=("network", "one GB10 per box: tensor parallel runs between Sparks over ConnectX-7"),
+            tensor=(
+                {"fp4": 500, "fp8": 250, "bf16": 125},
+                "NVIDIA DGX Spark specifications: 1 PFLOP FP4 with sparsity; dense FP4 is half, FP8 and BF16 half"
+                " again per step (Blackwell tensor cores)",
+            ),
         ),
         _gpu(
             "h100-80gb",
@@ -145,6 +167,10 @@ CATALOG: dict[str, Machine] = {
             bandwidth_gbs=3350,
             bandwidth_source="NVIDIA H100 datasheet: H100 SXM 3.35 TB/s (PCIe 2.0 TB/s)",
             interconnect=_NVSWITCH,
+            tensor=(
+                {"fp8": 1979, "bf16": 989},
+                "NVIDIA H100 datasheet: SXM FP8 3,958 and BF16 1,979 TFLOPS with sparsity; dense is half",
+            ),
         ),
         _gpu(
             "h200",
@@ -155,6 +181,10 @@ CATALOG: dict[str, Machine] = {
             bandwidth_gbs=4800,
             bandwidth_source="NVIDIA H200 datasheet: 4.8 TB/s",
             interconnect=_NVSWITCH,
+            tensor=(
+                {"fp8": 1979, "bf16": 989},
+                "NVIDIA H200 datasheet: FP8 3,958 and BF16 1,979 TFLOPS with sparsity; dense is half",
+            ),
         ),
         _gpu(
             "a100-80gb",
@@ -165,6 +195,10 @@ CATALOG: dict[str, Machine] = {
             bandwidth_gbs=2039,
             bandwidth_source="NVIDIA A100 datasheet: 80GB SXM 2,039 GB/s (PCIe 1,935 GB/s)",
             interconnect=_NVLINK,
+            tensor=(
+                {"bf16": 312},
+                "NVIDIA A100 datasheet: BF16 312 TFLOPS dense; no FP8 tensor cores (FP8 weights run as W8A16)",
+            ),
         ),
         _gpu(
             "a100-40gb",
@@ -175,6 +209,10 @@ CATALOG: dict[str, Machine] = {
             bandwidth_gbs=1555,
             bandwidth_source="NVIDIA A100 datasheet: 40GB 1,555 GB/s",
             interconnect=_NVLINK,
+            tensor=(
+                {"bf16": 312},
+                "NVIDIA A100 datasheet: BF16 312 TFLOPS dense; no FP8 tensor cores (FP8 weights run as W8A16)",
+            ),
         ),
         _gpu(
             "l40s",
@@ -184,6 +222,7 @@ CATALOG: dict[str, Machine] = {
             _NOT_MEASURED,
             bandwidth_gbs=864,
             bandwidth_source="NVIDIA L40S datasheet: 864 GB/s",
+            tensor=({"fp8": 733, "bf16": 362}, "NVIDIA L40S datasheet: FP8 733 and BF16 362 TFLOPS dense"),
         ),
         _gpu(
             "rtx5090",
@@ -193,6 +232,11 @@ CATALOG: dict[str, Machine] = {
             _NOT_MEASURED,
             bandwidth_gbs=1792,
             bandwidth_source="NVIDIA GeForce RTX 5090 specifications: 1,792 GB/s",
+            tensor=(
+                {"fp4": 838, "fp8": 419, "bf16": 209},
+                "NVIDIA RTX Blackwell GPU architecture: 3,352 AI TOPS (FP4, sparse); dense at FP32 accumulate, half"
+                " per step",
+            ),
         ),
         _gpu(
             "rtx4090",
@@ -202,6 +246,11 @@ CATALOG: dict[str, Machine] = {
             _NOT_MEASURED,
             bandwidth_gbs=1008,
             bandwidth_source="NVIDIA GeForce RTX 4090 specifications: 1,008 GB/s",
+            tensor=(
+                {"fp8": 330, "bf16": 165},
+                "NVIDIA Ada GPU architecture whitepaper: RTX 4090 FP8 330.3 and FP16/BF16 165.2 TFLOPS dense at FP32"
+                " accumulate",
+            ),
         ),
         _gpu(
             "rtx4080",
@@ -211,6 +260,11 @@ CATALOG: dict[str, Machine] = {
             _NOT_MEASURED,
             bandwidth_gbs=716.8,
             bandwidth_source="NVIDIA GeForce RTX 4080 specifications: 716.8 GB/s",
+            tensor=(
+                {"fp8": 195, "bf16": 97.5},
+                "NVIDIA Ada GPU architecture whitepaper: RTX 4080 FP8 194.9 and FP16/BF16 97.5 TFLOPS dense at FP32"
+                " accumulate",
+            ),
         ),
         _gpu(
             "rtx3090",
@@ -220,6 +274,10 @@ CATALOG: dict[str, Machine] = {
             "from vLLM startup log total_gpu_memory=23.58GiB (RTX 3090, vLLM issue #10517)",
             bandwidth_gbs=936.2,
             bandwidth_source="NVIDIA GeForce RTX 3090 specifications: 936.2 GB/s",
+            tensor=(
+                {"bf16": 71},
+                "NVIDIA Ampere GA102 whitepaper: RTX 3090 FP16/BF16 71 TFLOPS dense at FP32 accumulate",
+            ),
         ),
         _gpu(
             "t4",
@@ -229,6 +287,7 @@ CATALOG: dict[str, Machine] = {
             "from a vLLM V0 log 'total_gpu_memory (14.56GiB)' on a Colab Tesla T4",
             bandwidth_gbs=320,
             bandwidth_source="NVIDIA T4 datasheet: 320 GB/s",
+            tensor=({"bf16": 65}, "NVIDIA T4 datasheet: FP16 mixed precision 65 TFLOPS (no BF16: vLLM runs FP16)"),
         ),
     )
 }

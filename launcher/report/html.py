@@ -3,11 +3,13 @@
 Pure: plans come in as `Plan.to_json()` dicts (so a run record's `predicted` works as well as a fresh plan), the
 page comes out as a string. Every segment carries its byte count in `data-bytes` and its width in % of one
 common scale, so widths are proportional to bytes across all bars of a page. templates/report.html.j2 renders
-it with autoescape on and StrictUndefined.
+it with autoescape on and StrictUndefined. `vlaunch fit --html` (templates/fit.html.j2) draws every option's bar
+the same way, under a chart of memory against speed whose coordinates `speed_chart` computes.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from launcher import __version__
@@ -330,6 +332,7 @@ def fit_page_data(fit: Any) -> dict[str, Any]:
         "machines": [m.name for m in fit.machines],
         "scale_bytes": scale,
         "bars": bars,
+        "chart": speed_chart(fit),
         "decode_note": DECODE_NOTE,
     }
 
@@ -338,3 +341,231 @@ def render_fit_html(data: dict[str, Any]) -> str:
     from launcher.report.templating import jinja_env
 
     return jinja_env(autoescape=True).get_template("fit.html.j2").render(**data)
+
+
+# --- vlaunch fit: memory against speed, one point per option -------------------------------------------------------
+
+CHART_WIDTH, CHART_HEIGHT = 1000, 480
+PLOT_BOX = (84, 24, 976, 412)  # the frame's left, top, right, bottom in the chart's coordinates
+PLOT_PAD = 14  # between the frame and the data range, so a point at an end of an axis stays inside the frame
+LOG_SPAN = 30  # values spanning more than this factor go on a log axis
+MACHINE_COLOURS = ("#1a73e8", "#e37400", "#8430ce", "#188038", "#d01884", "#12b5cb")
+NO_FIT_COLOUR = "#9aa0a6"
+_SPEED_KEYS = {
+    "expected_tokens_per_s": "expected decode tokens/s per user",
+    "tokens_per_s": "ceiling decode tokens/s per user",
+}
+
+
+def _nice_step(span: float, binary: bool) -> float:
+    """The tick step that cuts `span` into at most 8 parts: 1, 2 or 5 × a power of ten, or a power of two."""
+    if span <= 0:
+        return 1.0
+    if binary:
+        return float(2 ** max(math.ceil(math.log2(span / 8)), 0))
+    mag = 10.0 ** math.floor(math.log10(span / 8))
+    return next(m * mag for m in (1.0, 2.0, 5.0, 10.0) if span / (m * mag) <= 8)
+
+
+def _log_marks(lo: float, hi: float, binary: bool) -> tuple[float, float, list[float]]:
+    """A log axis's ends and ticks: powers of two (tokens) or 1-2-5 × powers of ten, from the last one at or below
+    `lo` to the first at or above `hi`; every other power of two, or decades only, when that makes more than 10."""
+    if binary:
+        marks = [float(2**k) for k in range(math.floor(math.log2(lo)), math.ceil(math.log2(hi)) + 1)]
+        return marks[0], marks[-1], marks if len(marks) <= 10 else marks[(len(marks) - 1) % 2 :: 2]
+    low, high = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    seq = [m * 10.0**k for k in range(low, high + 1) for m in (1, 2, 5)]
+    start = max(i for i, v in enumerate(seq) if v <= lo * (1 + 1e-9))
+    end = min(i for i, v in enumerate(seq) if v >= hi * (1 - 1e-9))
+    marks = seq[start : end + 1]
+    if len(marks) > 10:
+        marks = [10.0**k for k in range(low, high + 1)]
+    return marks[0], marks[-1], marks
+
+
+def _tick_label(v: float, binary: bool) -> str:
+    if binary and v >= 2**20 and v % 2**20 == 0:
+        return f"{int(v) >> 20}M"
+    if binary and v >= 1024 and v % 1024 == 0:
+        return f"{int(v) >> 10}K"
+    return f"{v:,.0f}" if v == int(v) else f"{v:g}"
+
+
+def _axis(values: list[float], binary: bool, px: tuple[float, float]) -> dict[str, Any]:
+    """An axis over `values` (all > 0) drawn from px[0] to px[1]: log when they span more than LOG_SPAN×, else
+    linear from 0; its ends and ticks nice numbers."""
+    lo, hi = min(values), max(values)
+    if hi / lo > LOG_SPAN:
+        low, high, ticks = _log_marks(lo, hi, binary)
+        axis = {"scale": "log", "min": low, "max": high}
+    else:
+        step = _nice_step(hi, binary)
+        top = round(math.ceil(hi / step) * step, 9)
+        ticks = [round(i * step, 9) for i in range(round(top / step) + 1)]
+        axis = {"scale": "linear", "min": 0.0, "max": top}
+    axis["px"] = px
+    axis["ticks"] = [{"value": v, "label": _tick_label(v, binary), "pos": _pos(axis, v)} for v in ticks]
+    return axis
+
+
+def _pos(axis: dict[str, Any], v: float) -> float:
+    """Where `v` is drawn along the axis, in the chart's coordinates (one decimal)."""
+    lo, hi = float(axis["min"]), float(axis["max"])
+    if axis["scale"] == "log":
+        frac = (math.log(v) - math.log(lo)) / (math.log(hi) - math.log(lo)) if hi > lo else 0.5
+    else:
+        frac = (v - lo) / (hi - lo) if hi > lo else 0.5
+    a, b = axis["px"]
+    return round(float(a + frac * (b - a)), 1)
+
+
+def _option_words(o: dict[str, Any]) -> str:
+    """A row's choices in words, from its `Row.to_json()`."""
+    tp, pp, nodes = o["tensor_parallel_size"], o["pipeline_parallel_size"], o["nodes"]
+    par = "1 GPU" if tp * pp == 1 else f"tp {tp} × pp {pp}"
+    return (
+        f"{o['format']} weights, KV {o['kv_cache_dtype']}, {par}"
+        + (f" over {nodes} nodes" if nodes > 1 else "")
+        + (", MTP" if o.get("speculative_config") else "")
+        + (f", max_num_seqs {o['max_num_seqs']}" if o.get("max_num_seqs") else "")
+    )
+
+
+def _marker(o: dict[str, Any]) -> str:
+    """How a point is drawn: the chosen row a diamond; a row that needs a checkpoint in its format a hollow circle
+    (vLLM refuses it from this one, so it does not fit either); a row that does not fit a grey cross; any other a
+    filled circle."""
+    needed = o["checkpoint_format"] == "needed"
+    if o["chosen"]:
+        return "chosen-hollow" if needed else "chosen"
+    if needed:
+        return "checkpoint"
+    return "fit" if o["fits"] else "no-fit"
+
+
+def _point(o: dict[str, Any], xy: tuple[float, float], axes: tuple[dict[str, Any], ...], colour: str) -> dict[str, Any]:
+    """One option as a point: where it is drawn, its marker, colour (its machine's) and tooltip."""
+    (x, y), (x_axis, y_axis) = xy, axes
+    what = "expected" if y_axis["key"] == "expected_tokens_per_s" else "ceiling"
+    where = f"{o['max_users']:,} users fit at {o['max_model_len']:,} tokens"
+    if x_axis["kind"] == "tokens":
+        where = f"{o['users']:,} users fit at most {o['max_context']:,} tokens each"
+    marker = _marker(o)
+    return {
+        "colour": NO_FIT_COLOUR if marker == "no-fit" else colour,
+        "rank": o["rank"],
+        "machine": o["machine"],
+        "chosen": bool(o["chosen"]),
+        "fits": bool(o["fits"]),
+        "needs_checkpoint": o["checkpoint_format"] == "needed",
+        "marker": marker,
+        "x": x,
+        "y": y,
+        "cx": _pos(x_axis, x),
+        "cy": _pos(y_axis, y),
+        "title": f"#{o['rank']} {o['machine']}: {_option_words(o)} — {where}; {y:,.2f} tokens/s per user ({what})"
+        + ("" if o["decode"].get("ttft_s") is None else f", first token in {o['decode']['ttft_s']:,.1f} s")
+        + ("; needs a checkpoint in this format" if marker in ("checkpoint", "chosen-hollow") else "")
+        + ("; does not fit the target" if marker == "no-fit" else "")
+        + "".join(f"; misses the target: {m}" for m in o.get("target_misses") or ()),
+    }
+
+
+def _labels(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """ "chosen #rank" beside each chosen point, on its left near the right edge, moved down past the labels
+    before it that it would cover."""
+    out: list[dict[str, Any]] = []
+    for p in points:
+        if not p["chosen"]:
+            continue
+        right = p["cx"] > PLOT_BOX[2] - 110
+        x, y = p["cx"] + (-13 if right else 13), p["cy"] + 4
+        while any(abs(y - q["y"]) < 15 and abs(x - q["x"]) < 100 for q in out):
+            y += 15
+        out.append(
+            {"text": f"chosen #{p['rank']}", "x": round(x, 1), "y": round(y, 1), "anchor": "end" if right else "start"}
+        )
+    return out
+
+
+def _target_lines(target: dict[str, Any], x_axis: dict[str, Any], y_axis: dict[str, Any]) -> list[dict[str, Any]]:
+    """The target drawn over the plot: a vertical line at its users (or context), a horizontal one at its speed."""
+    left, top, right, bottom = PLOT_BOX
+    lines = []
+    if x_axis["target"] is not None:
+        x = _pos(x_axis, x_axis["target"])
+        near_right = x > right - 160
+        what = f"{x_axis['target']:,} users" if x_axis["kind"] == "users" else f"{x_axis['target']:,} tokens"
+        lines.append({"axis": "x", "value": x_axis["target"], "x1": x, "x2": x, "y1": top, "y2": bottom,
+                      "label": f"target: {what}", "label_x": round(x + (-5 if near_right else 5), 1),
+                      "label_y": top + 14, "anchor": "end" if near_right else "start"})  # fmt: skip
+    if y_axis["target"] is not None:
+        y = _pos(y_axis, y_axis["target"])
+        lines.append({"axis": "y", "value": y_axis["target"], "x1": left, "x2": right, "y1": y, "y2": y,
+                      "label": f"target: ≥ {y_axis['target']:g} tokens/s per user", "label_x": right - 6,
+                      "label_y": round(y - 5, 1), "anchor": "end"})  # fmt: skip
+    return lines
+
+
+def _speed_key(options: list[dict[str, Any]]) -> str:
+    """The expected decode speed when every row with a decode figure has one, else the ceiling."""
+    decodes = [o["decode"] for o in options if o.get("decode")]
+    return "expected_tokens_per_s" if decodes and all("expected_tokens_per_s" in d for d in decodes) else "tokens_per_s"
+
+
+def _x_label(target: dict[str, Any], drawn: list[dict[str, Any]]) -> str:
+    if target["mode"] == "users":
+        return f"longest context for {target['users']:,} users (tokens)"
+    contexts = {o["max_model_len"] for o in drawn}
+    return f"users that fit at {contexts.pop():,} tokens" if len(contexts) == 1 else "users that fit at each context"
+
+
+def speed_chart(fit: Any) -> dict[str, Any]:
+    """Memory against speed for `vlaunch fit --html`, from `fit.to_json()`: each option with a decode figure is a
+    point at x = the users that fit (the longest context for the target's users under --users alone) and y = its
+    decode tokens/s per user; the target a line on each axis it sets. Coordinates are the chart's (CHART_WIDTH ×
+    CHART_HEIGHT, y down), rounded to a tenth."""
+    d = fit.to_json()
+    target, options = d["target"], d["options"]
+    tokens = target["mode"] == "users"
+    x_key, y_key = ("max_context" if tokens else "max_users"), _speed_key(options)
+    drawn = [o for o in options if o.get("decode") and o[x_key] > 0 and o["decode"][y_key] > 0]
+    left, top, right, bottom = PLOT_BOX
+    chart: dict[str, Any] = {
+        "width": CHART_WIDTH,
+        "height": CHART_HEIGHT,
+        "frame": {"left": left, "top": top, "right": right, "bottom": bottom},
+        "plot": {
+            "left": left + PLOT_PAD,
+            "top": top + PLOT_PAD,
+            "right": right - PLOT_PAD,
+            "bottom": bottom - PLOT_PAD,
+        },
+        "speed_key": y_key,
+        "no_decode": sum(1 for o in options if not o.get("decode")),
+        "no_room": sum(1 for o in options if o.get("decode") and o[x_key] <= 0),
+        "max_ttft_s": target.get("max_ttft_s"),
+        "points": [],
+        "labels": [],
+        "lines": [],
+    }
+    names = [m["name"] for m in d["machines"]]
+    chart["machines"] = [{"name": n, "colour": MACHINE_COLOURS[i % len(MACHINE_COLOURS)]} for i, n in enumerate(names)]
+    if not drawn:
+        return chart
+    x_target = target.get("context") if tokens else target.get("users")
+    y_target = target.get("min_tokens_per_s")
+    xs = [float(o[x_key]) for o in drawn] + ([float(x_target)] if x_target else [])
+    ys = [float(o["decode"][y_key]) for o in drawn] + ([float(y_target)] if y_target else [])
+    x_axis = _axis(xs, tokens, (left + PLOT_PAD, right - PLOT_PAD))
+    y_axis = _axis(ys, False, (bottom - PLOT_PAD, top + PLOT_PAD))
+    x_axis |= {"kind": "tokens" if tokens else "users", "target": x_target or None, "label": _x_label(target, drawn)}
+    y_axis |= {"kind": "speed", "key": y_key, "target": y_target or None, "label": _SPEED_KEYS[y_key]}
+    for axis in (x_axis, y_axis):
+        axis["label"] += ", log scale" if axis["scale"] == "log" else ""
+    colour = {m["name"]: m["colour"] for m in chart["machines"]}
+    points = [_point(o, (o[x_key], o["decode"][y_key]), (x_axis, y_axis), colour[o["machine"]]) for o in drawn]
+    points.sort(key=lambda p: (p["chosen"], p["marker"] != "no-fit"))  # drawn in this order: the chosen ones on top
+    chart |= {"x": x_axis, "y": y_axis, "points": points, "labels": _labels(points)}
+    chart["lines"] = _target_lines(target, x_axis, y_axis)
+    return chart

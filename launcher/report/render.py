@@ -253,6 +253,7 @@ def _fit_cells(r: FitRow, by_users: bool) -> list[str]:
         if o.gpus == 1
         else (f"tp{o.tensor_parallel_size}" if o.tensor_parallel_size > 1 else "")
         + (f"pp{o.pipeline_parallel_size}" if o.pipeline_parallel_size > 1 else "")
+        + ("ep" if o.expert_parallel else "")
     )
     users = max(r.users, 1)
     per_user = r.plan.prediction.kv_need_bytes // users
@@ -281,7 +282,15 @@ def _fit_cells(r: FitRow, by_users: bool) -> list[str]:
     else:
         cells.append(f"{r.max_context:,}")
     cells.append("-" if ceiling is None else f"{ceiling:,.1f}")
+    sp = r.speed
+    cells.append("-" if sp is None else f"{sp.expected.tokens_per_s:,.1f}{_SOURCE_MARK[sp.expected.efficiency.source]}")
+    cells.append("-" if sp is None else f"{sp.expected.aggregate_tokens_per_s:,.0f}")
+    cells.append("-" if sp is None or sp.ttft_s is None else f"{sp.ttft_s:,.1f}")
+    cells.append("miss" if r.misses else "")
     return cells
+
+
+_SOURCE_MARK = {"measured": "m", "calibrated": "c", "default": "d"}
 
 
 def _ranks(ranks: list[int]) -> str:
@@ -302,12 +311,13 @@ def render_fit(fit: Fit, *, top: int | None = 12) -> str:
     head = ["#", "weights", "KV", "par", "nodes", "spec", "seqs", "context", "users", "fits", "weights",
             "KV/user", "binds", "util", "OS left", "max users"]  # fmt: skip
     head += ["ctx@1", "ctx@4", "ctx@16"] if by_users else ["max ctx"]
-    head.append("tok/s≤")
+    head += ["tok/s≤", "tok/s", "total", "TTFT", "targets"]
     lines = [
         f"{fit.model} ({fit.model_type}, {fit.checkpoint_format} checkpoint, context {fit.model_context:,}), "
         f"vLLM {fit.vllm_version} ({fit.vllm_version_source})",
         f"target: {_fit_want(fit)}",
         f"searched {fit.options} options with {fit.plans} plans in {fit.seconds:.2f} s",
+        f"ranked for {fit.prefer} (--prefer): {fit.ranking_rule}",
     ]
     for m in fit.machines:
         lines += _fit_machine_lines(fit, m, head, top)
@@ -320,6 +330,9 @@ def render_fit(fit: Fit, *, top: int | None = 12) -> str:
         "every user's KV at the full context)"
         + "".join(f"; {m.name}: {m.bandwidth_source}" for m in fit.machines if m.bandwidth_source)
         + ".",
+        "tok/s is the expected decode per user (total: all users), TTFT one user's prefill at the context in "
+        f"seconds; c: calibrated from published measured points, m: measured in this box's runs, d: a default. MTP "
+        f"drafts accepted at {fit.mtp_acceptance:g} (--mtp-acceptance).",
     ]
     lines += [f"note: {n}" for n in fit.notes]
     return "\n".join(lines)
@@ -339,7 +352,23 @@ def _fit_want(fit: Fit) -> str:
     )
 
 
-_FIT_RIGHT = {0, 7, 8, 10, 11, 13, 14, 15, 16, 17, 18, 19}  # the fit table's columns aligned right
+_FIT_RIGHT = {
+    0,
+    7,
+    8,
+    10,
+    11,
+    13,
+    14,
+    15,
+    16,
+    17,
+    18,
+    19,
+    20,
+    21,
+    22,
+}  # the last column (targets) reads left  # the fit table's columns aligned right
 
 
 def _fit_machine_lines(fit: Fit, m: Machine, head: list[str], top: int | None) -> list[str]:

@@ -40,6 +40,7 @@ from launcher.common.redact import Masker
 from launcher.common.units import GiB
 from launcher.plan import calibration, machines
 from launcher.plan.planning import Plan
+from launcher.plan.rowspeed import step_inputs
 from launcher.run import guard
 from launcher.run import preflight as pf
 from launcher.run import supervise as sup
@@ -325,6 +326,7 @@ def _new_record(plan: Plan, log_path: Path) -> dict[str, Any]:
         "argv": plan.shown_argv,
         "log": str(log_path),
         "predicted": plan.to_json(),
+        "speed_inputs": step_inputs(plan),  # the decode step `vlaunch calibrate` prices the logged intervals with
     }
 
 
@@ -422,7 +424,7 @@ class _Run:
     def begin(self) -> None:
         """The run's clock starts and its log opens."""
         self.t_start = time.monotonic()
-        self.log_fh = self.log_path.open("ab")
+        self.log_fh = self.log_path.open("ab", buffering=0)  # each line on disk as it comes: a tail -f sees it
 
     def start(
         self, extra_env: dict[str, str] | None, check: Callable[[], None]

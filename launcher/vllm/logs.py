@@ -593,6 +593,53 @@ REQUEST_TRAFFIC = _p(
         "(APIServer pid=1) INFO 04-22 00:05:02 [v1/engine/async_llm.py:310] Finished request cmpl-3f2a-0.",
     ),
 )
+# The periodic engine statistics (every VLLM_LOG_STATS_INTERVAL, 10 s, while requests run; at DEBUG when idle).
+# Between the queue and the KV cache usage, 0.19+ may add "Preemptions: N", 0.27+ "Deferred: N reqs" (counted in
+# Waiting too) and 0.32 "KV fetch: …"; V0 says "Swapped: N reqs, Pending: N reqs" and ends with the swap space's
+# "CPU KV cache usage" after the device's "GPU KV cache usage". Each part is a literal with digits between: the regex
+# is linear.
+ENGINE_THROUGHPUT = _p(
+    "engine_throughput",
+    r"(?:Engine (?P<engine>\d+): |(?P<engines>\d+) Engines Aggregated: )?"
+    rf"Avg prompt throughput: (?P<prompt>{_N}) tokens/s, Avg generation throughput: (?P<generation>{_N}) tokens/s, "
+    r"Running: (?P<running>\d+) reqs, (?:Swapped: (?P<swapped>\d+) reqs, )?(?:Pending|Waiting): (?P<waiting>\d+) "
+    r"reqs, (?:Deferred: (?P<deferred>\d+) reqs, )?"
+    r"(?:KV fetch: \d+ waiting to start, \d+ in progress, \d+ completed waiting, )?"
+    r"(?:Preemptions: (?P<preemptions>\d+), )?"
+    rf"(?P<kv_device>[A-Z]+) KV cache usage: (?P<kv_usage>{_N})%",
+    example="(APIServer pid=22780) INFO 12-03 10:18:11 [loggers.py:335] Engine 000: Avg prompt throughput: 15.4 "
+    "tokens/s, Avg generation throughput: 746.6 tokens/s, Running: 3 reqs, Waiting: 0 reqs, CPU KV cache usage: "
+    "58.1%, Prefix cache hit rate: 0.0%",
+    versions="V0 0.4-0.10 ('Running: … Swapped: … Pending: … GPU KV cache usage: …%, CPU KV cache usage: …%.'); "
+    "V1 0.7 without the 'Engine 000: ' prefix; V1 0.8-0.28 'Engine 000: …, GPU KV cache usage: …%, Prefix cache hit "
+    "rate: …%' ('Preemptions' 0.19+, 'Deferred' 0.27+); 0.30+ the device's name ('CPU KV cache usage' on the CPU "
+    "build); 0.32 'KV fetch', the prefix cache rate only once it has lookups; 'N Engines Aggregated: ' with data "
+    "parallel 0.19+ (read in the sources of 0.4.3, 0.6.6, 0.7.3, 0.8.5, 0.10.1.1, 0.11.0, 0.19.0, 0.27.0, 0.28.0, "
+    "0.30.0, 0.32.0; the variants but the 0.32 CPU example written from the format strings)",
+    source="v1/metrics/loggers.py LoggingStatLogger.log: log_prefix + 'Avg prompt throughput: %.1f tokens/s, Avg "
+    "generation throughput: %.1f tokens/s, Running: %d reqs, Waiting: %d reqs, … %s KV cache usage: %.1f%%, …' "
+    "(V1); engine/metrics.py LoggingStatLogger.log (V0)",
+    keywords=("Avg prompt throughput",),
+    variants=(
+        "INFO 08-12 10:04:21 metrics.py:351] Avg prompt throughput: 812.3 tokens/s, Avg generation throughput: 45.1 "
+        "tokens/s, Running: 4 reqs, Swapped: 0 reqs, Pending: 2 reqs, GPU KV cache usage: 12.5%, CPU KV cache usage: "
+        "0.0%.",
+        "INFO 02-20 11:00:10 [loggers.py:78] Avg prompt throughput: 101.4 tokens/s, Avg generation throughput: 230.8 "
+        "tokens/s, Running: 3 reqs, Waiting: 0 reqs, GPU KV cache usage: 1.2%, Prefix cache hit rate: 0.0%",
+        "(APIServer pid=1) INFO 09-10 23:50:12 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg "
+        "generation throughput: 1523.7 tokens/s, Running: 32 reqs, Waiting: 5 reqs, GPU KV cache usage: 87.3%, "
+        "Prefix cache hit rate: 41.0%",
+        "(APIServer pid=1) INFO 04-22 00:06:10 [v1/metrics/loggers.py:259] Engine 001: Avg prompt throughput: 1640.2 "
+        "tokens/s, Avg generation throughput: 812.0 tokens/s, Running: 64 reqs, Waiting: 12 reqs, Preemptions: 3, "
+        "GPU KV cache usage: 99.1%, Prefix cache hit rate: 12.4%",
+        "(APIServer pid=1) INFO 11-20 08:00:30 [v1/metrics/loggers.py:310] 2 Engines Aggregated: Avg prompt "
+        "throughput: 220.0 tokens/s, Avg generation throughput: 3100.5 tokens/s, Running: 96 reqs, Waiting: 7 reqs, "
+        "Deferred: 2 reqs, GPU KV cache usage: 45.6%, Prefix cache hit rate: 30.2%",
+        "(APIServer pid=1) INFO 12-01 09:10:00 [loggers.py:335] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg "
+        "generation throughput: 410.3 tokens/s, Running: 8 reqs, Waiting: 3 reqs, Deferred: 3 reqs, KV fetch: 1 "
+        "waiting to start, 2 in progress, 0 completed waiting, Preemptions: 1, XPU KV cache usage: 66.6%",
+    ),
+)
 
 # --- failures --------------------------------------------------------------------------------------------------
 
@@ -986,7 +1033,7 @@ PATTERNS: tuple[Pattern, ...] = (
     KV_CACHE_SIZE, MAX_CONCURRENCY, V0_BLOCKS, OVERRIDE_BLOCKS, CPU_AUTO_SET, CPU_EXPLICIT_SET, AUTO_FIT,
     ATTN_BLOCK_SIZE, KV_BLOCK_SIZE, MAMBA_PADDING, PADDING_LAYERS, MAMBA_CACHE_MODE, SSM_DTYPE_RESET, MAMBA_SSM_DTYPE,
     KV_GROUP_SIZES, PAGE_SIZES_NOT_UNIFIED, HYBRID_MANAGER_DISABLED,
-    INIT_ENGINE, API_READY, REQUEST_TRAFFIC,
+    INIT_ENGINE, API_READY, REQUEST_TRAFFIC, ENGINE_THROUGHPUT,
     GATE_GPU, GATE_CPU, KV_TOO_SMALL_V1, KV_TOO_SMALL_V0, NO_KV_MEMORY, WORKER_KILLED, CUDA_OOM, SAMPLER_OOM,
     GRAPH_CAPTURE_FRAME,
     INVALID_CONFIG, ERROR_LINE, ENGINE_INIT_FAILED,

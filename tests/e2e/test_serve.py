@@ -75,6 +75,12 @@ def test_serve_end_to_end(vllm_ready: None, tmp_path: Path) -> None:
         with urllib.request.urlopen(req, timeout=60) as r:
             answer = json.loads(r.read())
         assert answer["choices"][0]["text"]
+        # vLLM's statistics line for that interval (every 10 s while not idle) reaches the run log
+        log_file = next(logs.glob("tiny-cpu-*.log"))
+        deadline = time.monotonic() + 30
+        while "Avg generation throughput" not in log_file.read_text(errors="replace") and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert "Avg generation throughput" in log_file.read_text(errors="replace")
 
         # a second serve is refused at once, naming who holds the box
         t0 = time.monotonic()
@@ -98,6 +104,10 @@ def test_serve_end_to_end(vllm_ready: None, tmp_path: Path) -> None:
         assert guard.read_holder() is None
         final = json.loads(next(logs.glob("tiny-cpu-*.json")).read_text())
         assert final["stopped_by"] == "SIGINT" and final["leftover_pids"] == []
+        # the record keeps the statistics lines for `vlaunch calibrate` (the CPU machine has no bandwidth figure,
+        # so no decode step to price them with)
+        assert any(s["generation_tokens_per_s"] > 0 for s in final["logged"]["throughput"])
+        assert final["speed_inputs"] is None
         assert next(logs.glob("tiny-cpu-*.log")).stat().st_size > 0
     finally:
         if proc.poll() is None:
