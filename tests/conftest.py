@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+import os
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from launcher.run.guard import scan as _REAL_SCAN
+from launcher.run import supervise as sup
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CONFIGS = FIXTURES / "configs"
@@ -12,7 +15,8 @@ CONFIGS = FIXTURES / "configs"
 
 @pytest.fixture(autouse=True)
 def _isolate(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
-    """No test reads the user's caches or touches the network."""
+    """No test reads the user's caches or touches the network, and each takes the box lock in a directory of its
+    own (XDG_RUNTIME_DIR)."""
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("VLAUNCH_OFFLINE", "1")
@@ -24,25 +28,42 @@ def _isolate(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathF
     monkeypatch.delenv("VLAUNCH_DEBUG", raising=False)
 
 
-def _foreign_vllm() -> str | None:
-    """A vLLM server or engine running on this box that this test session did not start (a real one being
-    served, another test session's stand-in), shown as `ps` shows it; None when there is none."""
-    import os
+class Session:
+    """This test session's hold on the processes its tests start: the test scope and the run markers every one of
+    them carries in its environment."""
 
-    import psutil
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.markers = {sup.MARKER_RUN: run_id, sup.MARKER_PID: sup.wrapper_marker()}
+        self.scope = sup.scope() or sup.wrapper_marker()  # a session a test starts shares that test's box
 
-    ours = {os.getpid()} | {p.pid for p in psutil.Process().children(recursive=True)}
-    for i in _REAL_SCAN():  # not a test's stand-in for it (test_preflight's autouse fixture replaces guard.scan)
-        if i.role in ("server", "engine") and i.pid not in ours:
-            return i.shown()
-    return None
+    @property
+    def env(self) -> dict[str, str]:
+        """What a process this session starts carries: its scope and its run markers."""
+        return {sup.SCOPE: self.scope, **self.markers}
 
 
-@pytest.fixture
-def quiet_box() -> None:
-    """For a test that starts a real `vlaunch serve` process: serve refuses to start a vLLM beside one that runs
-    (exit 4, the guard doing its job), so with another vLLM on the box the test cannot say anything; it skips,
-    naming that process."""
-    found = _foreign_vllm()
-    if found is not None:
-        pytest.skip(f"another vLLM runs on this box and serve's guard refuses a second one: {found}")
+@pytest.fixture(scope="session", autouse=True)
+def session_box(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
+    """Every test of the session on a box of its own, beside whatever else runs on this one (a served vLLM):
+
+    - the process table: the session's test scope (`supervise.SCOPE`) is in the environment every process a test
+      starts inherits, so the guard, `ps` and `stop --orphans`, in this process or in a `vlaunch serve` it starts,
+      count only the session's processes (a session a test starts keeps that test's scope);
+    - the run markers (VLAUNCH_RUN_ID, VLAUNCH_PID naming this process) are too, read by a supervisor of the
+      session (vlaunch serve's own, `launch.Supervisor`): when this process dies without saying `done` (even by
+      SIGKILL), it stops every process carrying them and what descends from them (the grace, then SIGKILL).
+    """
+    from launcher.run import launch
+
+    session = Session(f"pytest-{os.getpid()}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+    record = tmp_path_factory.mktemp("session") / f"{session.run_id}.json"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv(sup.MARKER_CONTAINER, raising=False)
+        for key, value in session.env.items():
+            mp.setenv(key, value)
+        supervisor = launch.Supervisor.start(session.run_id, container=None, record=record)
+        try:
+            yield session
+        finally:
+            supervisor.done()

@@ -617,6 +617,7 @@ KINDS: dict[str, list[str]] = {
     "profiles": ["argv", "profile"],
     "ps": ["argv"],
     "stop": ["argv"],
+    "demo": ["argv"],
     "count": ["argv", "config", "checkpoint", "hf-cache"],
     "plan": ["argv", "config", "profile", "serve-config", "pasted", "calibration", "hf-cache", "profile-cache"],
     "fit": ["argv", "config", "checkpoint", "profile", "calibration", "hf-cache"],
@@ -738,6 +739,9 @@ def cases(draw: st.DrawFn, sandbox: Sandbox, command: str | None = None, kind: s
     elif command == "stop":
         target = draw(st.one_of(st.none(), hostile_text.filter(_safe_stop_target)))
         args = ([] if target is None else [target]) + draw(options(command, sandbox, files))
+    elif command == "demo":  # no python with vLLM on this PATH or in the sandbox's home: no case builds a model
+        env["PATH"] = "{case}/bin"
+        args = draw(options(command, sandbox, files))
     elif command == "profiles" and kind == "profile":
         args = draw(options(command, sandbox, files))
     else:

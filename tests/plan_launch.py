@@ -1,6 +1,7 @@
 """Profiles of every shape a user writes, and the commands a plan of one becomes: what `plan` prints, what `render`
-writes in each `--as` form, what `serve` starts. Shared by tests/test_plan_is_launch.py (read back with vlaunch's
-parser) and the e2e check with vLLM's own."""
+writes in each `--as` form that holds vLLM's command (a systemd unit runs `vlaunch serve PROFILE` instead), what
+`serve` starts. Shared by tests/test_plan_is_launch.py (read back with vlaunch's parser) and the e2e check with
+vLLM's own."""
 
 from __future__ import annotations
 
@@ -76,11 +77,12 @@ def script_argv(text: str) -> list[str]:
     return [w.text({}) for w in shell.split(line.removeprefix("exec ").removesuffix(' "$@"'))]
 
 
-def systemd_argv(text: str) -> list[str]:
-    """ExecStart= of a rendered unit: each argument double-quoted, with `\\` `\"` escapes, `%%` and `$$`."""
+def systemd_argv(text: str, key: str = "ExecStart") -> list[str]:
+    """`key`= of a rendered unit (ExecStart, ExecStartPre): each argument double-quoted, with `\\` `\"` escapes,
+    `%%` and `$$`."""
     import re
 
-    line = next(x for x in text.replace("\\\n", " ").splitlines() if x.startswith("ExecStart="))
+    line = next(x for x in text.replace("\\\n", " ").splitlines() if x.startswith(key + "="))
     words = re.findall(r'"((?:[^"\\]|\\.)*)"', line)
     return [re.sub(r"\\(.)", r"\1", w).replace("%%", "%").replace("$$", "$") for w in words]
 
@@ -96,13 +98,12 @@ def launch_words(argv: list[str]) -> list[str]:
 
 
 def every_command(plan: Plan) -> dict[str, list[str]]:
-    """What the plan prints, and what each `render --as` form writes, as the words vLLM reads."""
+    """What the plan prints, and what each `render --as` form that holds vLLM's command writes, as the words vLLM
+    reads."""
     out = {"plan": launch_words(list(plan.argv))}
     out["script"] = launch_words(script_argv(render_launch(plan, "script")))
     docker = "\n".join(x for x in render_launch(plan, "docker").splitlines() if not x.startswith("#"))
     out["docker"] = launch_words(script_argv("exec " + docker.strip()))
-    if "ExecStart=" in (unit := render_launch(plan, "systemd")):
-        out["systemd"] = launch_words(systemd_argv(unit))
     mapping = yaml.safe_load(render_launch(plan, "vllm-config"))
     out["vllm-config"] = [str(mapping.pop("model")), *config_to_args(mapping)]
     return out

@@ -172,7 +172,7 @@ def test_every_command_has_help() -> None:
 
     ctx = click.Context(main)
     names = main.list_commands(ctx)
-    assert len(names) == 12 and {"plan", "serve", "check", "fit"} <= set(names)
+    assert len(names) == 13 and {"plan", "serve", "check", "fit", "demo"} <= set(names)
     for name in names:
         cmd = main.get_command(ctx, name)
         assert cmd is not None and cmd.help, name

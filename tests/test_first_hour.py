@@ -335,7 +335,7 @@ def test_version_mismatch_is_a_warning_in_the_diff() -> None:
 
 def test_default_profile_without_gpu(no_gpu: None) -> None:
     r = run("profiles", "--default", "--json")
-    assert json.loads(r.stdout) == {"default": "tiny-cpu", "machine": "cpu"}
+    assert json.loads(r.stdout) == {"schema": 1, "default": "tiny-cpu", "machine": "cpu"}
     assert run("profiles", "--default").output.strip() == "tiny-cpu"
 
 
@@ -469,3 +469,20 @@ def test_a_command_loads_only_its_own_module() -> None:
     assert r.returncode == 0, r.stderr[-2000:]
     loaded = r.stderr.strip().splitlines()[-1]
     assert loaded == "['launcher.cli.options', 'launcher.cli.output', 'launcher.cli.plan']"
+
+
+def test_every_json_output_leads_with_its_schema_version(tmp_path: Path) -> None:
+    """Each command that prints JSON puts `"schema": 1` first (keys are only added within a version)."""
+    log = Path(__file__).parent / "fixtures" / "records" / "tiny-cpu-run.log"
+    for args in (
+        ("profiles", "--default", "--json"),
+        ("plan", "llama8b-32k", "--json"),
+        ("fit", "meta-llama/Llama-3.1-8B-Instruct", "--machine", "h100", "--context", "8k", "--json"),
+        ("count", "meta-llama/Llama-3.1-8B-Instruct", "--json"),
+        ("check", str(log), "--json"),
+        ("render", "llama8b-32k", "--as", "script", "--json"),
+        ("archs", "--json"),
+    ):
+        r = run(*args)
+        data = json.loads(r.stdout)
+        assert next(iter(data)) == "schema" and data["schema"] == 1, args

@@ -1,7 +1,12 @@
 """Nothing a launch starts outlives it: `vlaunch serve` killed hard (SIGKILL), stopped by SIGTERM / SIGHUP, and two
-serves racing for the box, as real processes. The stand-in for vLLM is a shell script (tests/e2e does the same
-with the real CPU build): it prints a line, starts a "worker" in a session of its own (outside vLLM's process
-group, where a process-group kill cannot reach it) and sleeps.
+serves racing for the box, as real processes; nor does anything a test session starts outlive the session. The
+stand-in for vLLM is a shell script (tests/e2e does the same with the real CPU build): it prints a line, starts a
+"worker" in a session of its own (outside vLLM's process group, where a process-group kill cannot reach it) and
+sleeps.
+
+These tests run beside whatever else runs on the box (a served vLLM): each has a lock directory of its own and the
+session's process table (`tests/conftest.py`); the last ones show that the guard outside a test scope still counts
+every vLLM on the box.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -132,7 +137,6 @@ def record(box: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-@pytest.mark.usefixtures("quiet_box")
 def test_sigkilled_wrapper_leaves_nothing(box: dict[str, Any]) -> None:
     p = start_serve(box)
     wait_for_line(p, "vLLM pid")
@@ -152,7 +156,6 @@ def test_sigkilled_wrapper_leaves_nothing(box: dict[str, Any]) -> None:
     assert len(rec["supervisor_stopped_pids"]) >= 2
 
 
-@pytest.mark.usefixtures("quiet_box")
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 def test_signalled_wrapper_stops_everything_and_says_why(box: dict[str, Any], sig: signal.Signals) -> None:
     p = start_serve(box)
@@ -167,7 +170,6 @@ def test_signalled_wrapper_stops_everything_and_says_why(box: dict[str, Any], si
     assert holder(box) is None
 
 
-@pytest.mark.usefixtures("quiet_box")
 def test_two_serves_racing_one_launches(box: dict[str, Any]) -> None:
     for n in range(10):
         a = start_serve(box)
@@ -200,7 +202,6 @@ exec sleep 300
 """
 
 
-@pytest.mark.usefixtures("quiet_box")
 @pytest.mark.parametrize("delay", [0.0, 0.5])
 def test_a_writer_that_escaped_the_launch_does_not_hold_the_stop(box: dict[str, Any], delay: float) -> None:
     """A process that left vLLM's tree without the run's marker and keeps vLLM's output open: nothing of vlaunch
@@ -260,3 +261,134 @@ def test_a_running_wrapper_is_not_an_orphans_parent() -> None:
 def test_stop_orphans_with_none() -> None:
     r = CliRunner().invoke(main, ["stop", "--orphans"])
     assert r.exit_code == 0 and "no orphaned vLLM processes" in r.stdout
+
+
+# --- the test box: a test's process table is its session's; the guard anywhere else is box-wide -------------------
+
+STANDIN_TITLE = "python3 -m vllm.entrypoints.openai.api_server --model m"
+SCAN = "from launcher.run import guard; print(sorted(i.pid for i in guard.scan()))"
+
+
+def _outside_the_scope(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k != sup.SCOPE}
+
+
+def _standin(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """A process that reads as a vLLM server (its title), started with `env`."""
+    p = subprocess.Popen(["bash", "-c", f'exec -a "{STANDIN_TITLE}" sleep 120'], env=env)
+    end = time.monotonic() + 10
+    while guard._role(Path(f"/proc/{p.pid}/cmdline").read_bytes().decode().split("\0")) != "server":
+        assert time.monotonic() < end, "the stand-in never took its title"
+        time.sleep(0.05)
+    return p
+
+
+def test_outside_a_test_scope_serve_refuses_beside_any_vllm(box: dict[str, Any]) -> None:
+    """A vLLM outside this session's scope (as a served one is): the session does not count it, and the guard of a
+    serve without the scope, or with a scope that names no live ancestor of it, refuses a second vLLM."""
+    outside = _outside_the_scope(box["env"])
+    other = _standin(outside)
+    try:
+        assert other.pid not in {i.pid for i in guard.scan()}  # this session's table
+        r = subprocess.run([sys.executable, "-c", SCAN], env=box["env"], capture_output=True, text=True, timeout=60)
+        assert other.pid not in json.loads(r.stdout), r.stdout + r.stderr  # a child of the session: the same table
+        for scope in (None, "1:1:1", sup.wrapper_marker(other.pid), f"{os.getpid()}:1:{sup.pid_namespace()}"):
+            env = outside | ({sup.SCOPE: scope} if scope else {})
+            r = subprocess.run([sys.executable, "-c", SCAN], env=env, capture_output=True, text=True, timeout=60)
+            assert other.pid in json.loads(r.stdout), (scope, r.stdout + r.stderr)
+        argv = [sys.executable, "-m", "launcher", "serve", str(box["profile"]), "--logs-dir", str(box["logs"]),
+                "--skip-preflight"]  # fmt: skip
+        r = subprocess.run(argv, env=outside, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 4, r.stdout[-2000:] + r.stderr[-2000:]
+        assert "vLLM processes already run on this box" in r.stderr, r.stderr
+        assert not box["logs"].exists() or not list(box["logs"].glob("*.log"))  # nothing launched
+    finally:
+        other.kill()
+        other.wait(10)
+
+
+def test_stop_orphans_in_a_test_scope_leaves_an_orphan_outside_it(tmp_path: Path) -> None:
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    marker = {sup.MARKER_RUN: "orph-outside", sup.MARKER_PID: f"{dead.pid}:1:{sup.pid_namespace()}"}
+    orphan = _standin(_outside_the_scope(dict(os.environ)) | marker)
+    try:
+        r = subprocess.run(
+            [sys.executable, "-c", "from launcher.run import supervise as sup; print(sorted(sup.find_orphans()))"],
+            env=_outside_the_scope(dict(os.environ)), capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert orphan.pid in json.loads(r.stdout), r.stdout + r.stderr  # the box-wide view sees it
+        assert orphan.pid not in sup.find_orphans()
+        r = CliRunner().invoke(main, ["stop", "--orphans", "--timeout", "1"])
+        assert r.exit_code == 0 and "no orphaned vLLM processes" in r.stdout, r.output
+        assert orphan.poll() is None
+    finally:
+        orphan.kill()
+        orphan.wait(10)
+
+
+ROOT = Path(__file__).resolve().parent.parent
+BOOT_CHILD = Path(__file__).parent / "e2e" / "boot_child.py"
+Booted = Callable[[dict[str, Any], dict[int, int]], bool]
+
+
+def _alive(procs: dict[int, int], run: str) -> dict[int, int]:
+    return {p: s for p, s in procs.items() if sup.start_time(p) == s} | sup.run_procs(run)
+
+
+def kill_a_test_session(
+    tmp: Path, booted: Booted, timeout: float, **env: str
+) -> tuple[dict[int, int], float, dict[int, int]]:
+    """Run tests/e2e/boot_child.py as a child pytest session (a session of its own), wait until `booted(info, the
+    run's processes)`, SIGKILL its whole process group and wait up to 15 s for its run's processes to go: returns
+    those processes, the seconds they took to go and what still runs."""
+    out, output = tmp / "child.json", tmp / "child.out"
+    child_env = {**os.environ, "BOOT_CHILD_OUT": str(out), **env}
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(BOOT_CHILD)]
+    procs: dict[int, int] = {}
+    run = ""
+    with output.open("wb") as fh:
+        child = subprocess.Popen(argv, cwd=ROOT, env=child_env, stdout=fh, stderr=subprocess.STDOUT,
+                                 start_new_session=True)  # fmt: skip
+    try:
+        end = time.monotonic() + timeout
+        while child.poll() is None and time.monotonic() < end:
+            info = json.loads(out.read_text()) if out.exists() and out.read_text() else None
+            if info is not None:
+                run = info["run"]
+                procs |= sup.run_procs(run)
+                if booted(info, procs):
+                    break
+            time.sleep(0.2)
+        assert run and child.poll() is None and time.monotonic() < end, output.read_text()[-3000:]
+        procs |= sup.run_procs(run)
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait(10)
+        t0 = time.monotonic()
+        while _alive(procs, run) and time.monotonic() - t0 < 15:
+            time.sleep(0.2)
+        return procs, time.monotonic() - t0, _alive(procs, run)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait(10)
+        sup.stop_procs(_alive(procs, run) if run else procs, grace=1)
+
+
+STANDIN_WITH_WORKER = """#!/bin/sh
+setsid sleep 300 &
+exec sleep 300
+"""
+
+
+def test_a_killed_test_session_leaves_nothing_it_started(tmp_path: Path) -> None:
+    """A test session SIGKILLed with its whole process group (a timeout's kill): what its e2e fixture started, in a
+    session of its own, is stopped by the session's supervisor within the grace."""
+    exe = tmp_path / "standin"
+    exe.write_text(STANDIN_WITH_WORKER)
+    exe.chmod(0o755)
+    procs, took, left = kill_a_test_session(
+        tmp_path, lambda info, procs: len(procs) >= 2, 60, BOOT_CHILD_ARGV=json.dumps([str(exe)])
+    )
+    assert len(procs) >= 2  # the stand-in and its worker in a session of its own
+    assert left == {}, f"still running {took:.1f} s after the test session was killed: {left}"

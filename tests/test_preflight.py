@@ -125,13 +125,6 @@ def error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("vlaunch: error:")]
 
 
-@pytest.fixture(autouse=True)
-def _no_other_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The guard's process scan would see a vLLM another test session runs on this box; these tests are not
-    about it."""
-    monkeypatch.setattr(guard, "scan", lambda exclude=None: [])
-
-
 @pytest.fixture
 def launched(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[list[Any]]:
     """Replaces the launch: records each call instead of starting anything."""
@@ -574,7 +567,6 @@ def test_vllm_exiting_before_ready_records_both_codes(tmp_path: Path) -> None:
     assert record["logged"]["failure"]["message"] == "no such platform"
 
 
-@pytest.mark.usefixtures("quiet_box")
 def test_interrupted_before_ready_records_130(tmp_path: Path) -> None:
     exe = script(tmp_path / "bin" / "vllm", "echo 'INFO starting'\nexec sleep 60")
     prof = write_profile(tmp_path, executable=str(exe))

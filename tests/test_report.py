@@ -303,12 +303,14 @@ def test_script_quotes_every_value(tmp_path: Path, evil_profile: Path) -> None:
 
 
 def test_systemd_unit(evil_profile: Path) -> None:
+    """The unit runs `vlaunch serve` on the profile file (tests/test_render_systemd.py has the rest): the profile's
+    values stay in the profile, and the model in the description is one line with `%` escaped."""
     _, text = _render(str(evil_profile), "--as", "systemd")
     exec_line = next(line for line in text.splitlines() if line.startswith("ExecStart="))
-    assert exec_line.startswith('ExecStart="vllm" "serve" "weird/\\"&<>model"')
-    assert '"a\'b $$HOME %%n"' in exec_line
-    assert 'Environment="FOO=x y\'\\"$z"' in text
-    assert "Restart=on-failure" in text and "KillMode=control-group" in text
+    assert f'"serve" "{evil_profile}"' in exec_line
+    assert 'Description=vLLM evil-b: weird/"&<>model (vlaunch serve)' in text
+    assert "$HOME" not in text and "FOO" not in text and "Environment=" not in text
+    assert "Restart=on-failure" in text and "KillMode=mixed" in text
     assert "[Install]" in text and "WantedBy=multi-user.target" in text
 
 

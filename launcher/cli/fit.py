@@ -220,12 +220,12 @@ def _fit_base(model: str | None, flags: dict[str, Any]) -> Any:
     from pathlib import Path
 
     from launcher.common.files import expand_user
-    from launcher.plan.profiles import BUNDLED_PROFILES, available_profiles
+    from launcher.plan.profiles import profile_names
 
     if model is None:
         return build_profile(None, flags)
     local = Path(expand_user(model, VlaunchError))
-    names = set(available_profiles(Path.cwd() / "profiles")) | set(available_profiles(BUNDLED_PROFILES))
+    names = set(profile_names(Path.cwd() / "profiles"))
     is_dir_or_json = local.is_dir() or (local.is_file() and local.suffix == ".json")
     if not is_dir_or_json and (model.endswith((".yaml", ".yml")) or ("/" not in model and model in names)):
         return build_profile(model, flags)

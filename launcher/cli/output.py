@@ -20,10 +20,17 @@ EXIT_INTERNAL = 70
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what the shell reports for any tool whose reader closed the pipe early
 
 
+JSON_SCHEMA = 1
+"""The version of every command's --json output, first key `schema`: keys are only ever added within a version; a
+key renamed or removed, or a unit changed, raises it."""
+
+
 def emit_json(data: object) -> None:
-    """`data` as strict JSON: a lone surrogate (an undecodable byte of a file name or process title, kept by
-    Python as U+DC80..U+DCFF) is written as the text `\\xNN`; JSON's `\\udcNN` for it is refused by strict
-    parsers."""
+    """`data` as strict JSON, an object led by `"schema": JSON_SCHEMA`: a lone surrogate (an undecodable byte of a
+    file name or process title, kept by Python as U+DC80..U+DCFF) is written as the text `\\xNN`; JSON's `\\udcNN`
+    for it is refused by strict parsers."""
+    if isinstance(data, dict) and "schema" not in data:
+        data = {"schema": JSON_SCHEMA, **data}
     click.echo(json.dumps(_no_lone_surrogates(data), indent=2, sort_keys=False))
 
 

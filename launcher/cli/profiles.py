@@ -22,7 +22,8 @@ from launcher.common.errors import VlaunchError
     "llama8b-32k on a DGX Spark, tiny-cpu without an NVIDIA GPU, qwen3-8b-pip on another GPU.",
 )
 def profiles(as_json: bool, default: bool) -> None:
-    """List the profiles `plan PROFILE` and `serve PROFILE` take by name: ./profiles/*.yaml, then the bundled ones."""
+    """List the profiles `plan PROFILE` and `serve PROFILE` take by name: ./profiles/*.yaml, then yours
+    ($XDG_CONFIG_HOME/vlaunch/profiles, where `vlaunch demo` writes), then the bundled ones."""
     if default:
         _show_default(as_json)
         return
@@ -32,7 +33,7 @@ def profiles(as_json: bool, default: bool) -> None:
         return
     width = max((len(str(r["name"])) for r in rows), default=4)
     for r in rows:
-        note = " (shadowed by the local one)" if r["shadowed"] else ""
+        note = f" (shadowed by the {r['shadowed_by']} one)" if r["shadowed"] else ""
         click.echo(f"{r['name']:<{width}}  {r['source']:<7}  {r['machine']:<9}  {r['model']}{note}")
 
 
@@ -50,12 +51,13 @@ def _show_default(as_json: bool) -> None:
 
 
 def _profile_rows() -> list[dict[str, Any]]:
-    """./profiles/*.yaml, then the bundled ones: a local profile shadows a bundled one of its name."""
-    from launcher.plan.profiles import BUNDLED_PROFILES, available_profiles, load_profile
+    """./profiles/*.yaml, the user's, then the bundled ones: a profile shadows one of its name further down."""
+    from launcher.plan.profiles import BUNDLED_PROFILES, available_profiles, load_profile, user_profiles_dir
 
     rows: list[dict[str, Any]] = []
     seen: dict[str, Path] = {}
-    for where, d in (("local", Path.cwd() / "profiles"), ("bundled", BUNDLED_PROFILES)):
+    by: dict[str, str] = {}
+    for where, d in (("local", Path.cwd() / "profiles"), ("user", user_profiles_dir()), ("bundled", BUNDLED_PROFILES)):
         for name in available_profiles(d):
             path = d / f"{name}.yaml"
             if seen.get(name) == path.resolve():
@@ -67,6 +69,7 @@ def _profile_rows() -> list[dict[str, Any]]:
             except VlaunchError as e:
                 desc = f"invalid: {e.one_line()}"
             rows.append({"name": name, "source": where, "path": str(path), "model": model, "machine": machine,
-                         "description": desc, "shadowed": name in seen})  # fmt: skip
+                         "description": desc, "shadowed": name in seen, "shadowed_by": by.get(name)})  # fmt: skip
             seen.setdefault(name, path.resolve())
+            by.setdefault(name, where)
     return rows

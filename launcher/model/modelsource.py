@@ -136,7 +136,8 @@ def load(spec: str) -> ModelSource:
             raise ConfigError("directory has no config.json", source=str(path))
         return ModelSource(spec, read_json(cfg), str(cfg), str(path), _quant_sidecar(path), "directory")
     if not _REPO_ID.match(spec):
-        raise ConfigError("no such file or directory, and not a Hugging Face repo id (org/name)", source=spec)
+        hint = "; `vlaunch demo` builds the tiny CPU model and a profile for it" if "tiny-llama" in spec else ""
+        raise ConfigError(f"no such file or directory, and not a Hugging Face repo id (org/name){hint}", source=spec)
     snap = _from_hf_cache(spec)
     if snap is not None:
         cfg = snap / "config.json"

@@ -427,6 +427,24 @@ def available_profiles(profiles_dir: Path) -> list[str]:
 BUNDLED_PROFILES = Path(__file__).resolve().parent.parent / "bundled_profiles"  # launcher/bundled_profiles
 
 
+def user_profiles_dir() -> Path:
+    """The user's own profiles: $XDG_CONFIG_HOME/vlaunch/profiles (default ~/.config/vlaunch/profiles), where
+    `vlaunch demo` writes its profile. Nothing is created here."""
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "vlaunch" / "profiles"
+
+
+def profile_dirs(profiles_dir: Path) -> tuple[Path, ...]:
+    """Where a bare profile name is looked up, in order: `profiles_dir` (./profiles), the user's profiles, the
+    bundled ones."""
+    return (profiles_dir, user_profiles_dir(), BUNDLED_PROFILES)
+
+
+def profile_names(profiles_dir: Path) -> list[str]:
+    """Every name `resolve_profile_arg` takes, sorted."""
+    return sorted({name for d in profile_dirs(profiles_dir) for name in available_profiles(d)})
+
+
 # The bundled profile `make serve` and `vlaunch serve` start when no profile is named, by detected machine: the
 # Spark's container, vLLM's CPU build on a box without a GPU, and the pip-installed vLLM on any other GPU.
 DEFAULT_PROFILES: dict[str, str] = {"dgx-spark": "llama8b-32k", "cpu": "tiny-cpu"}
@@ -439,15 +457,19 @@ def default_profile_name(machine_name: str) -> str:
 
 
 def default_profile_path(machine_name: str) -> Path:
-    """The bundled profile file for a machine: never a file of the same name in ./profiles."""
-    return BUNDLED_PROFILES / f"{default_profile_name(machine_name)}.yaml"
+    """The profile file for a machine: the user's own of the default's name (`vlaunch demo` writes tiny-cpu
+    there, pointing at a model and a vLLM outside any clone), else the bundled one; never a file of the same
+    name in ./profiles."""
+    name = f"{default_profile_name(machine_name)}.yaml"
+    own = user_profiles_dir() / name
+    return own if _exists(own, "file") else BUNDLED_PROFILES / name
 
 
 def shadowing_note(arg: str, found: Path) -> str | None:
-    """What to say when the bare name `arg` resolved to `found`, a file other than the bundled profile of that
-    name (./profiles/NAME.yaml first, the bundled one after it): which file runs, and that a bundled one is
-    shadowed."""
-    if "/" in arg or os.sep in arg:
+    """What to say when the bare name `arg` resolved to `found`, a file of ./profiles other than the bundled
+    profile of that name: which file runs, and that a bundled one is shadowed. Nothing for a path, nor for the
+    user's own profiles (`user_profiles_dir`: put there to stand in for the bundled one, as `vlaunch demo` does)."""
+    if "/" in arg or os.sep in arg or found.parent == user_profiles_dir():
         return None
     for bundled in (BUNDLED_PROFILES / f"{arg}.yaml", BUNDLED_PROFILES / arg):
         if not _exists(bundled, "file"):
@@ -464,21 +486,23 @@ def shadowing_note(arg: str, found: Path) -> str | None:
 
 
 def resolve_profile_arg(arg: str, profiles_dir: Path) -> Path:
-    """A profile given as a path, or as a bare name looked up as `profiles_dir/<name>.yaml`, then among the
-    bundled profiles."""
+    """A profile given as a path, or as a bare name looked up as `<dir>/<name>.yaml` in `profile_dirs`:
+    `profiles_dir`, the user's profiles, the bundled ones."""
     from launcher.common.files import expand_user
 
     given = Path(expand_user(arg, ProfileError))
     if _exists(given, "file"):
         return given
     if "/" not in arg and os.sep not in arg:
-        for d in (profiles_dir, BUNDLED_PROFILES):
+        for d in profile_dirs(profiles_dir):
             for candidate in (d / f"{arg}.yaml", d / arg):
                 if _exists(candidate, "file"):
                     return candidate
-    names = sorted(set(available_profiles(profiles_dir)) | set(available_profiles(BUNDLED_PROFILES)))
+    names = profile_names(profiles_dir)
     if not names:
-        raise ProfileError(f"no such profile file, and no profiles in {profiles_dir} or bundled", source=arg)
+        raise ProfileError(
+            f"no such profile file, and no profiles in {profiles_dir}, {user_profiles_dir()} or bundled", source=arg
+        )
     close = _close(arg.removesuffix(".yaml"), names, n=1, cutoff=0.6)
     hint = f"did you mean {close[0]!r}? " if close else ""
     raise ProfileError(f"no such profile file or name; {hint}available: {', '.join(names)}", source=arg)

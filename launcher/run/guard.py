@@ -4,6 +4,11 @@ The lock lives in $XDG_RUNTIME_DIR/vlaunch (or /tmp/vlaunch-<uid>) and is held b
 server's whole life; the kernel drops it if the holder dies, so a crash never leaves the box locked. The scan
 finds vLLM servers and engine processes started by anyone, so a server vlaunch did not start is seen too.
 
+Tests get a private box: a lock directory of their own (XDG_RUNTIME_DIR) and a process table of their own, the
+processes of their test scope (`supervise.SCOPE`: those carrying the session's value in their environment, and their
+descendants). A scope narrows the scan only below the live test session it names; anywhere else it is ignored and
+the scan is box-wide, so no setting a user can make by accident hides a running vLLM from the guard.
+
 What is on disk is not trusted: the directory must be the caller's own with mode 0700 (`lstat`: a link is
 refused), the lock file a regular file of the caller's, opened without following links or blocking, and its
 content is read like user input (each field within physical bounds, else left out).
@@ -405,8 +410,11 @@ def _role(cmd: list[str]) -> str | None:
 
 
 def scan(exclude: set[int] | None = None) -> list[Instance]:
-    """vLLM processes running on this box, whoever started them."""
+    """vLLM processes running on this box, whoever started them; within a test scope (`supervise.SCOPE`, which
+    only a test sets), the scope's only."""
     me = {os.getpid()} | (exclude or set())
+    within = sup.scope()
+    inside = None if within is None else sup.scope_procs(within)
     gpu = gpu_memory_by_pid()
     orphans = sup.find_orphans()
     out = []
@@ -414,7 +422,7 @@ def scan(exclude: set[int] | None = None) -> list[Instance]:
         try:
             cmd = p.info["cmdline"] or []
             role = _role(cmd)
-            if role is None or p.info["pid"] in me:
+            if role is None or p.info["pid"] in me or (inside is not None and p.info["pid"] not in inside):
                 continue
             out.append(
                 Instance(

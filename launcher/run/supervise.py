@@ -49,6 +49,13 @@ MARKER_PID = "VLAUNCH_PID"
 MARKER_CONTAINER = "VLAUNCH_CONTAINER"
 """A container launch's `runtime:name` (`docker:vlaunch-x`): what `vlaunch stop --orphans` kills for an orphan."""
 MARKERS = (MARKER_RUN, MARKER_PID, MARKER_CONTAINER)
+SCOPE = "VLAUNCH_TEST_SCOPE"
+"""For tests only: a test session's `pid:start time:pid namespace` (`wrapper_marker`). In the environment of a
+process below that session, it narrows what the process counts as this box's processes (the guard's scan, `ps`,
+orphans, a run's processes) to those carrying the same value in their environment and their descendants: a test's
+private process table. It narrows nothing unless it names the reading process or a live ancestor of it (`scope`):
+copied into a shell, set in a profile's env (vLLM's, not vlaunch's), left over after the session, or mistyped, it is
+ignored and the guard counts every process on the box."""
 DONE = b"done"
 READY = b"ready"
 """What the supervisor writes on its ready pipe once it runs."""
@@ -148,11 +155,10 @@ class Marked(NamedTuple):
     container: str | None
 
 
-def marked(run_id: str | None = None) -> Iterator[Marked]:
-    """Every process of this user whose environment carries a vlaunch marker written in this pid namespace (of
-    `run_id`): a marker written in another one names its wrapper by a pid that means another process here."""
-    me, uid, ns = os.getpid(), os.geteuid(), pid_namespace()
-    run_key, pid_key, box_key = (k.encode() + b"=" for k in MARKERS)
+def _environs() -> Iterator[tuple[int, int, dict[bytes, str]]]:
+    """(pid, start time, its VLAUNCH_* variables) of every other process of this user whose environment can be
+    read (a process that renamed itself with setproctitle shows none)."""
+    me, uid = os.getpid(), os.geteuid()
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit() or int(entry.name) == me:
             continue
@@ -167,18 +173,45 @@ def marked(run_id: str | None = None) -> Iterator[Marked]:
             continue  # gone
         if start_time(pid) != started:
             continue  # the pid was reused while we read it
-        run = wrapper = container = None
+        ours: dict[bytes, str] = {}
         for item in env.split(b"\0"):
-            if item.startswith(run_key):
-                run = item[len(run_key) :].decode(errors="replace")
-            elif item.startswith(pid_key):
-                wrapper = item[len(pid_key) :].decode(errors="replace")
-            elif item.startswith(box_key):
-                container = item[len(box_key) :].decode(errors="replace")
+            if item.startswith(b"VLAUNCH_"):
+                key, _, value = item.partition(b"=")
+                ours[key] = value.decode(errors="replace")
+        yield pid, started, ours
+
+
+def marked(run_id: str | None = None) -> Iterator[Marked]:
+    """Every process of this user whose environment carries a vlaunch marker written in this pid namespace (of
+    `run_id`): a marker written in another one names its wrapper by a pid that means another process here. Within
+    a test scope (`scope`), only the scope's processes."""
+    ns, within = pid_namespace(), scope()
+    run_key, pid_key, box_key = (k.encode() for k in MARKERS)
+    for pid, started, env in _environs():
+        run, wrapper, container = env.get(run_key), env.get(pid_key), env.get(box_key)
         where = _parse_marker(wrapper)
         if run is None or (run_id is not None and run != run_id) or where is None or where[2] != ns:
             continue
+        if within is not None and env.get(SCOPE.encode()) != within:
+            continue
         yield Marked(pid, started, run, wrapper, container)
+
+
+def scope() -> str | None:
+    """This process's test scope: SCOPE's value when it names this process or a live ancestor of it (its pid, start
+    time and this pid namespace), else None: the whole box."""
+    value = os.environ.get(SCOPE)
+    where = _parse_marker(value)
+    if where is None or where[2] != pid_namespace() or plausible_pid(where[0]) is None:
+        return None
+    return value if where[0] in lineage() and start_time(where[0]) == where[1] else None
+
+
+def scope_procs(within: str) -> dict[int, int]:
+    """pid → start time of a test scope's processes: those whose environment carries SCOPE=`within`, and their
+    descendants (vLLM's engine core renames itself, and no longer shows its environment)."""
+    roots = {pid: started for pid, started, env in _environs() if env.get(SCOPE.encode()) == within}
+    return {pid: started for pid, (_, started) in with_descendants(roots).items()}
 
 
 def wrapper_alive(marker: str | None) -> bool:

@@ -1,4 +1,7 @@
-"""Real vLLM (the CPU build in .venv-vllm) on a tiny local Llama. `make e2e` builds both first."""
+"""Real vLLM (the CPU build in .venv-vllm) on a tiny local Llama. `make e2e` builds both first.
+
+Every process a test here starts (vLLM from `start_vllm`, a `vlaunch serve`) carries the session's run markers, and
+the session's supervisor stops them all if this test process dies (`tests/conftest.py`, `session_box`)."""
 
 from __future__ import annotations
 
@@ -12,6 +15,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 import pytest
+
+from tests.conftest import Session
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
@@ -63,7 +68,9 @@ class Server:
 
 
 @pytest.fixture
-def start_vllm(tmp_path: Path) -> Iterator:
+def start_vllm(tmp_path: Path, session_box: Session) -> Iterator:
+    """Starts vLLM in a session of its own, carrying the test session's scope and run markers: when this test
+    process dies (even by SIGKILL), the session's supervisor stops it (`tests/conftest.py`, `session_box`)."""
     servers: list[Server] = []
 
     def start(argv: list[str], env: dict[str, str] | None = None, name: str = "vllm") -> Server:
@@ -73,7 +80,7 @@ def start_vllm(tmp_path: Path) -> Iterator:
             argv,
             stdout=fh,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "VLLM_TARGET_DEVICE": "cpu", **(env or {})},
+            env={**os.environ, "VLLM_TARGET_DEVICE": "cpu", **(env or {}), **session_box.env},
             cwd=ROOT,
             start_new_session=True,
         )
