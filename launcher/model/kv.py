@@ -164,6 +164,16 @@ def boundary_layers(kv_cache_dtype: str, shape: Model, *, hybrids_keep_none: boo
 # --- bytes per token of a model ------------------------------------------------------------------------------------
 
 
+def context_bytes(
+    tokens: int, full: int, sliding: int, window: int | None, chunked: int = 0, chunk: int | None = None
+) -> int:
+    """KV bytes of one sequence of `tokens`: full-attention layers hold every token, sliding-window layers at most
+    `window`, chunked-local layers at most `chunk` (bytes per token summed over each kind's layers)."""
+    w = tokens if window is None else min(tokens, window)
+    c = tokens if chunk is None else min(tokens, chunk)
+    return full * tokens + sliding * w + chunked * c
+
+
 @dataclass(frozen=True)
 class KVPerToken:
     """KV bytes per token of context, per rank, split by layer kind."""
@@ -190,9 +200,8 @@ class KVPerToken:
 
     def bytes_for_context(self, tokens: int) -> int:
         """Bytes one sequence of `tokens` occupies: sliding and chunked layers stop growing at their span."""
-        window = tokens if self.sliding_window is None else min(tokens, self.sliding_window)
-        chunk = tokens if self.attention_chunk is None else min(tokens, self.attention_chunk)
-        return self.full_attention * tokens + self.sliding_attention * window + self.chunked_attention * chunk
+        return context_bytes(tokens, self.full_attention, self.sliding_attention, self.sliding_window,
+                             self.chunked_attention, self.attention_chunk)  # fmt: skip
 
     def to_json(self) -> dict[str, object]:
         by_kind: dict[str, int] = {

@@ -8,7 +8,7 @@ speculative decoding) that every draft token is accepted.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from launcher.common.records import dataclass
 from launcher.model.arch.layers import MoE
@@ -39,7 +39,7 @@ class DecodeCeiling:
         }
 
 
-def _expert_share(shape: Model) -> dict[int, tuple[int, int]]:
+def expert_share(shape: Model) -> dict[int, tuple[int, int]]:
     """(experts per token, experts) of each MoE layer, by layer index (MTP layers numbered after the decoder's)."""
     out: dict[int, tuple[int, int]] = {}
     for i, layer in enumerate((*shape.layers, *shape.mtp_layers)):
@@ -49,15 +49,14 @@ def _expert_share(shape: Model) -> dict[int, tuple[int, int]]:
     return out
 
 
-def active_weight_bytes(shape: Model, ts: Sequence[Tensor], sizes: Sequence[int], *, mtp: bool) -> int:
-    """Bytes of weights one decode step reads for one token, all ranks together.
-
-    Left out: the towers (an image is encoded once, at prefill), the token embedding and learned positions (one
-    row gathered per token; a tied embedding is read whole as the lm_head), MTP layers unless speculating with
-    them, and of each MoE layer's routed experts all but the experts_per_token / num_experts a token is routed to.
-    """
-    share = _expert_share(shape)
-    total = 0
+def step_tensors(
+    shape: Model, ts: Sequence[Tensor], sizes: Sequence[int], *, mtp: bool
+) -> Iterator[tuple[Tensor, int, tuple[int, int] | None]]:
+    """The tensors one decode step reads, each with its bytes and, for a MoE layer's routed experts, (experts per
+    token, experts). Left out: the towers (an image is encoded once, at prefill), the token embedding and learned
+    positions (one row gathered per token; a tied embedding is read whole as the lm_head), and MTP layers unless
+    speculating with them."""
+    share = expert_share(shape)
     for t, b in zip(ts, sizes, strict=True):
         if t.part == "vision" or t.role == "position":
             continue
@@ -65,11 +64,15 @@ def active_weight_bytes(shape: Model, ts: Sequence[Tensor], sizes: Sequence[int]
             continue
         if t.layer is not None and t.layer >= shape.num_layers and not mtp:
             continue
-        if t.role == "expert" and t.layer in share:
-            k, e = share[t.layer]
-            total += b * k // e  # only the token's experts: k of the e copies
-            continue
-        total += b
+        yield t, b, share.get(t.layer) if t.role == "expert" and t.layer is not None else None
+
+
+def active_weight_bytes(shape: Model, ts: Sequence[Tensor], sizes: Sequence[int], *, mtp: bool) -> int:
+    """Bytes of weights one decode step reads for one token, all ranks together (`step_tensors`), of each MoE
+    layer's routed experts only the experts_per_token / num_experts a token is routed to."""
+    total = 0
+    for _, b, routed in step_tensors(shape, ts, sizes, mtp=mtp):
+        total += b * routed[0] // routed[1] if routed else b  # only the token's experts: k of the e copies
     return total
 
 

@@ -446,9 +446,8 @@ def expert_parallel_choices(shape: Model, tp: int, pinned: bool) -> list[bool]:
 
 
 def _routed_experts(shape: Model) -> int:
-    from launcher.model.arch.layers import MoE
-
-    return min((f.num_experts for layer in shape.layers for f in layer.mlps if isinstance(f, MoE)), default=0)
+    """The fewest routed experts of a decoder MoE layer (expert parallel needs at least one per rank)."""
+    return min((e for i, (_, e) in decode.expert_share(shape).items() if i < shape.num_layers), default=0)
 
 
 def speculative_choices(shape: Model, pinned: tuple[tuple[str, Any], ...] | None) -> list[tuple[tuple[str, Any], ...]]:

@@ -7,7 +7,7 @@ published points (`speed.PUBLISHED`: calibrated), else a stated stand-in (defaul
 from __future__ import annotations
 
 from launcher.common.records import dataclass
-from launcher.model.kv import KVPerToken
+from launcher.model.kv import KVPerToken, context_bytes
 from launcher.plan import speed
 from launcher.plan.cache import PlanCache
 from launcher.plan.planning import Plan
@@ -166,11 +166,10 @@ def _int(v: object) -> int:
 
 def kv_bytes(kv: dict[str, object], context: int) -> int:
     """KVPerToken.bytes_for_context over the stored figures."""
-    window = kv.get("window")
-    chunk = kv.get("chunk")
-    w = context if not isinstance(window, int) else min(context, window)
-    c = context if not isinstance(chunk, int) else min(context, chunk)
-    return _int(kv.get("full", 0)) * context + _int(kv.get("sliding", 0)) * w + _int(kv.get("chunked", 0)) * c
+    window, chunk = kv.get("window"), kv.get("chunk")
+    return context_bytes(context, _int(kv.get("full", 0)), _int(kv.get("sliding", 0)),
+                         window if isinstance(window, int) else None, _int(kv.get("chunked", 0)),
+                         chunk if isinstance(chunk, int) else None)  # fmt: skip
 
 
 def step_from_inputs(inputs: dict[str, object], users: int, context: int, acceptance: float) -> speed.Step:

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from typing import Literal
 
 from launcher.common.records import dataclass
-from launcher.model.arch.layers import MoE
 from launcher.model.arch.model import Model
 from launcher.model.params import Tensor
+from launcher.plan.decode import step_tensors
 
 Regime = Literal["single", "batched_dense", "batched_moe", "hybrid", "two_node"]
 REGIMES: tuple[Regime, ...] = ("single", "batched_dense", "batched_moe", "hybrid", "two_node")
@@ -48,37 +48,19 @@ def experts_touched(k: int, e: int, batch: int) -> float:
     return e * (1.0 - (1.0 - k / e) ** max(batch, 1))
 
 
-def _moe_layers(shape: Model) -> dict[int, tuple[int, int]]:
-    out: dict[int, tuple[int, int]] = {}
-    for i, layer in enumerate((*shape.layers, *shape.mtp_layers)):
-        for f in layer.mlps:
-            if isinstance(f, MoE):
-                out[i] = (f.experts_per_token, f.num_experts)
-    return out
-
-
 def weight_reads(shape: Model, ts: Sequence[Tensor], sizes: Sequence[int], *, mtp: bool) -> WeightReads:
-    """The weights a decode step reads, as `decode.active_weight_bytes` counts them (no towers, no embedding rows
-    unless tied as the head, MTP layers only when speculating with them), with each MoE layer's routed experts
-    kept apart."""
-    share = _moe_layers(shape)
+    """The weights a decode step reads (`decode.step_tensors`, as the ceiling counts them), with each MoE layer's
+    routed experts kept apart."""
     dense = params = mtp_bytes = 0
     experts: dict[int, list[int]] = {}
-    for t, b in zip(ts, sizes, strict=True):
-        if t.part == "vision" or t.role == "position":
-            continue
-        if t.role == "embedding" and not shape.tied_embeddings:
-            continue
-        is_mtp = t.layer is not None and t.layer >= shape.num_layers
-        if is_mtp and not mtp:
-            continue
-        if t.role == "expert" and t.layer in share:
-            k, e = share[t.layer]
+    for t, b, routed in step_tensors(shape, ts, sizes, mtp=mtp):
+        if routed is not None and t.layer is not None:
+            k, e = routed
             experts.setdefault(t.layer, [0, k, e])[0] += b
             params += t.numel * k // e  # a token multiplies its k experts only
             continue
         dense += b
-        mtp_bytes += b if is_mtp else 0
+        mtp_bytes += b if t.layer is not None and t.layer >= shape.num_layers else 0
         params += t.numel
     return WeightReads(dense, tuple((b, k, e) for b, k, e in experts.values()), params, mtp_bytes)
 
