@@ -1,7 +1,7 @@
 """Throughput and memory of `parse_stream` (what `vlaunch check` runs) on every shape a big log takes.
 
-    python bench/log_throughput.py [--shape noise|repeated|dense|soup|longline|longline-dense|all] [--size-mb N]
-        [--small-mb 100] [--min-mb-per-s 100] [--dir /tmp]
+    python bench/log_throughput.py [--shape noise|repeated|dense|soup|longline|longline-dense|all|real] [--size-mb N]
+        [--small-mb 100] [--min-mb-per-s 100] [--dir /tmp] [--repeat restarts|plain] [--only TEXT] [--runs 3]
 
 Shapes, each built from the real start-up log of a fixture (a complete vLLM 0.32 boot: banner, engine, KV cache,
 API server up):
@@ -18,25 +18,37 @@ API server up):
   longline-dense  one line dense in those words, with a newline at the end; default 64 MiB
 
 Each shape is written at two sizes (--small-mb, or a quarter of the full size when that is smaller, then the full
-size) and each file is parsed in a fresh interpreter,
-so `ru_maxrss` is the parser's own peak (the two sizes show it does not grow with the file). The same file is read
-line by line in plain Python (`for line in fh: pass`, binary) in another fresh interpreter as the baseline. The
-facts parsed must equal the facts of what the file states (the start-up alone for noise and dense, one boot for
-repeated, nothing for the long lines). Prints one JSON object per shape and size and a table at the end; exits 1
-when a shape parses slower than --min-mb-per-s or its facts differ. Temporary files are deleted.
+size) and each file is parsed in a fresh interpreter, so its peak resident memory (VmHWM) is the parser's own (the
+two sizes show it does not grow with the file). The same file is read line by line in plain Python (`for line in
+fh: pass`, binary) in another fresh interpreter as the baseline. The facts parsed must equal the facts of what the
+file states (the start-up alone for dense, with the last statistics lines for noise, one boot for repeated, nothing
+for the long lines). Prints one JSON object per shape and size and a table at the end; exits 1 when a shape parses
+slower than --min-mb-per-s or its facts differ. Temporary files are deleted.
+
+`--shape real` takes every real log held here instead (tests/fixtures/logs with its cpu/ and env/ logs and the
+written pre-0.6.5 one, tests/fixtures/vllm-cpu, ../shared/vllm-logs; each content once): each one's whole text over
+and over to --size-mb (default 100), as a unit that restarts prints it (`--repeat restarts`, the default: other pids,
+a later hour each time) or byte for byte (`--repeat plain`), and to --small-mb (default 10) for the peak RSS beside
+it. Each big file is parsed --runs times (default 3), each time in a fresh interpreter. The facts must be those of
+the log alone (its statistics lines' numbers moved to the last copy). `--only TEXT`: the logs whose path holds
+TEXT. The table: shape (version, engine, banner, logger header, how far it ran), source, the best and the median
+MB/s, the line reading's MB/s, peak RSS at both sizes; exits 1 when a median is below --min-mb-per-s.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import json
 import os
 import random
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
+from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -54,7 +66,11 @@ t0 = time.perf_counter()
 with open(sys.argv[1], "rb") as fh:
     facts = parse_stream(fh)
 seconds = time.perf_counter() - t0
-rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+try:  # this program's own peak: ru_maxrss also counts the parent's pages a fork copied before exec
+    with open("/proc/self/status") as status:
+        rss_kib = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+except (OSError, StopIteration):
+    rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
 print(json.dumps({"seconds": seconds, "peak_rss_mb": rss_kib / 1024, "facts": facts.to_json()}))
 """
 
@@ -177,24 +193,27 @@ def blocks_for(shape: str, startup: bytes) -> tuple[bytes, Iterator[bytes]]:
     return startup, (made[k % len(made)] for k in range(1 << 40))
 
 
-def write_repeated(path: Path, startup: bytes, size: int) -> int:
-    """Whole boots, one after another, up to `size`: the file ends where a boot does."""
-    boots = [boot_variant(startup, k) for k in range(16)]
+def write_repeated(path: Path, startup: bytes, size: int, vary: bool = True) -> tuple[int, int]:
+    """Whole boots, one after another, up to `size` (other pids and hours each time, unless not `vary`): the file
+    ends where a boot does. The bytes written and the boots."""
+    boots = [boot_variant(startup, k) for k in range(16)] if vary else [startup]
     per_block = max(1, BLOCK // len(startup))
     made = [b"".join(boots[(j * per_block + i) % len(boots)] for i in range(per_block)) for j in range(4)]
-    written = 0
+    written = count = 0
     with open(path, "wb") as fh:
         k = 0
         while written + len(made[k % len(made)]) <= size:
             fh.write(made[k % len(made)])
             written += len(made[k % len(made)])
+            count += per_block
             k += 1
         for boot in boots * (1 + per_block // len(boots)):
-            if written + len(boot) > size:
+            if written + len(boot) > size and count:
                 break
             fh.write(boot)
             written += len(boot)
-    return written
+            count += 1
+    return written, count
 
 
 def write_lines(path: Path, head: bytes, blocks: Iterator[bytes], size: int) -> int:
@@ -238,7 +257,7 @@ def write_shape(shape: str, path: Path, startup: bytes, size: int) -> int:
     if shape in ("longline", "longline-dense"):
         return write_long_line(path, size, dense=shape == "longline-dense")
     if shape == "repeated":
-        return write_repeated(path, startup, size)
+        return write_repeated(path, startup, size)[0]
     head, blocks = blocks_for(shape, startup)
     return write_lines(path, head, blocks, size)
 
@@ -274,6 +293,7 @@ def measure(shape: str, size_mb: int, startup: bytes, tmpdir: str | None) -> dic
         size = write_shape(shape, path, startup, size_mb * MIB)
         parsed = run_child(PARSE, path)
         base = run_child(BASELINE, path)
+        stats = stats_lines(path) if shape == "noise" else []
     finally:
         path.unlink(missing_ok=True)
     mb = size / MIB
@@ -286,7 +306,28 @@ def measure(shape: str, size_mb: int, startup: bytes, tmpdir: str | None) -> dic
         "ratio": round(base_s / parse_s, 3) if parse_s else None,
         "peak_rss_mb": round(float(parsed["peak_rss_mb"]), 1),
         "facts": parsed["facts"],
+        "stats_lines": stats,
     }
+
+
+def stats_lines(path: Path) -> list[int]:
+    """The numbers of the last MAX_THROUGHPUT_SAMPLES statistics lines of a file: the samples its facts keep."""
+    from launcher.check.facts import MAX_THROUGHPUT_SAMPLES
+
+    found: deque[int] = deque(maxlen=MAX_THROUGHPUT_SAMPLES)
+    with open(path, "rb") as fh:
+        for n, line in enumerate(fh, 1):
+            if b"Avg prompt throughput" in line:
+                found.append(n)
+    return list(found)
+
+
+def facts_differ(got: dict[str, Any], want: dict[str, Any], stats: list[int]) -> dict[str, Any]:
+    """What the facts parsed say other than the file (`stats`: the statistics lines they should hold)."""
+    if stats:
+        got = {**got, "throughput": [s["line"] for s in got["throughput"]]}
+        want = {**want, "throughput": stats}
+    return {k: (want.get(k), got.get(k)) for k in want.keys() | got.keys() if want.get(k) != got.get(k)}
 
 
 def table(rows: list[dict[str, Any]], out: Callable[[str], None]) -> None:
@@ -301,17 +342,23 @@ def table(rows: list[dict[str, Any]], out: Callable[[str], None]) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    ap.add_argument("--shape", choices=[*SHAPES, "all"], default="all")
+    ap.add_argument("--shape", choices=[*SHAPES, "all", "real"], default="all")
     ap.add_argument("--size-mb", type=int, default=None, help="full size in MiB (default: per shape, see above)")
-    ap.add_argument("--small-mb", type=int, default=100, help="the smaller size, to compare RSS (default 100)")
+    ap.add_argument("--small-mb", type=int, default=None, help="the smaller size, for RSS (default 100; real 10)")
     ap.add_argument("--min-mb-per-s", type=float, default=100.0, help="exit 1 below this throughput")
     ap.add_argument("--dir", default=None, help="where to write the temporary logs (default: the system temp dir)")
+    ap.add_argument("--repeat", choices=["restarts", "plain"], default="restarts", help="real: how a log repeats")
+    ap.add_argument("--only", default=None, help="real: the logs whose path holds this text")
+    ap.add_argument("--runs", type=int, default=3, help="real: parses of each file (best and median; default 3)")
     ns = ap.parse_args()
+    sys.path.insert(0, str(ROOT))
+    if ns.shape == "real":
+        return real_main(ns)
+    ns.small_mb = 100 if ns.small_mb is None else ns.small_mb
 
     startup = FIXTURE.read_bytes()
     if not startup.endswith(b"\n"):
         startup += b"\n"
-    sys.path.insert(0, str(ROOT))
 
     ok = True
     rows: list[dict[str, Any]] = []
@@ -321,11 +368,10 @@ def main() -> int:
         small = ns.small_mb if ns.small_mb < full else max(1, full // 4)
         for size_mb in dict.fromkeys([small, full]):  # de-duplicated, in order
             row = measure(shape, size_mb, startup, ns.dir)
-            got = row.pop("facts")
+            got, stats = row.pop("facts"), row.pop("stats_lines")
             rows.append(row)
             print(json.dumps(row), flush=True)
-            if got != want:
-                diff = {k: (want.get(k), got.get(k)) for k in want.keys() | got.keys() if want.get(k) != got.get(k)}
+            if diff := facts_differ(got, want, stats):
                 print(f"{shape}: facts differ from what the file states: {diff}", file=sys.stderr)
                 ok = False
             rate = row["parse_mb_per_s"]
@@ -333,6 +379,116 @@ def main() -> int:
                 print(f"{shape}: {rate} MB/s is below {ns.min_mb_per_s} MB/s", file=sys.stderr)
                 ok = False
     table(rows, print)
+    return 0 if ok else 1
+
+
+# --- real logs, each repeated --------------------------------------------------------------------------------------
+
+REAL_DIRS = (
+    ROOT.parent / "shared" / "vllm-logs",
+    ROOT / "tests" / "fixtures" / "logs",
+    ROOT / "tests" / "fixtures" / "vllm-cpu",
+)
+_LOGO = "█     █     █ ▀▄▀ █"
+_HEADER = re.compile(
+    r"(?m)^(?:\([^()\n]*pid=\d+[^()\n]*\)\s*)*(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) "
+    r"\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? (\[)?[\w./-]+:\d+\]"
+)
+
+
+def real_logs(only: str | None = None) -> list[Path]:
+    """Every real log held here (and the written pre-0.6.5 one), each content once: the shared corpus is also in
+    tests/fixtures/logs."""
+    seen: set[bytes] = set()
+    out: list[Path] = []
+    for d in REAL_DIRS:
+        for path in sorted(d.rglob("*.log")) if d.is_dir() else []:
+            digest = hashlib.sha256(path.read_bytes()).digest()
+            if digest not in seen and (only is None or only in str(path)):
+                seen.add(digest)
+                out.append(path)
+    return out
+
+
+def shape_of(text: str, facts: dict[str, Any]) -> str:
+    """A log's shape in a few words: version and engine it states, its boot banner, its logger header."""
+    banner = "logo" if _LOGO in text else "api-version" if "vLLM API server version" in text else "no banner"
+    forms = {m.group(1) is not None for m in _HEADER.finditer(text)}
+    header = "/".join(f for f, on in (("[file:n]", True in forms), ("file:n]", False in forms)) if on) or "no header"
+    ran = "served" if facts["throughput"] else "api up" if facts["started"] and "routes" in text else "boot"
+    return f"{facts['vllm_version'] or '?'} {facts['engine'] or '-'}, {banner}, {header}, {ran}"
+
+
+def expected_real(one: bytes, copies: int) -> dict[str, Any]:
+    """The facts of a log repeated `copies` times: its own, its statistics lines in the last copy."""
+    from launcher.check.stream import parse_stream
+
+    want = parse_stream(io.BytesIO(one)).to_json()
+    shift = (copies - 1) * one.count(b"\n")
+    want["throughput"] = [{**t, "line": t["line"] + shift} for t in want["throughput"]]
+    return want
+
+
+def measure_real(path: Path, one: bytes, size_mb: int, ns: argparse.Namespace, runs: int = 1) -> dict[str, Any]:
+    """One log repeated to `size_mb`, parsed `runs` times (each in a fresh interpreter), read line by line once."""
+    fd, name = tempfile.mkstemp(prefix="vlaunch-logbench-real-", suffix=".log", dir=ns.dir)
+    os.close(fd)
+    big = Path(name)
+    try:
+        size, copies = write_repeated(big, one, size_mb * MIB, ns.repeat == "restarts")
+        parsed = [run_child(PARSE, big) for _ in range(runs)]
+        base = run_child(BASELINE, big)
+    finally:
+        big.unlink(missing_ok=True)
+    mb, base_s = size / MIB, float(base["seconds"])
+    rates = sorted(mb / float(r["seconds"]) for r in parsed)
+    want = expected_real(one, copies)
+    source = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else f"../{path.relative_to(ROOT.parent)}"
+    return {
+        "source": source,
+        "size_mb": round(mb, 1),
+        "copies": copies,
+        "parse_mb_per_s": round(rates[-1], 1),
+        "median_mb_per_s": round(statistics.median(rates), 1),
+        "baseline_mb_per_s": round(mb / base_s, 1) if base_s else None,
+        "peak_rss_mb": round(max(float(r["peak_rss_mb"]) for r in parsed), 1),
+        "facts_ok": all(r["facts"] == want for r in parsed),
+    }
+
+
+def real_table(rows: list[dict[str, Any]], out: Callable[[str], None]) -> None:
+    out(
+        f"{'shape':<46} {'source':<72} {'MB/s best':>9} {'median':>7} {'lines MB/s':>10} {'RSS MiB':>7} "
+        f"{'small RSS':>9}"
+    )
+    for r in rows:
+        out(
+            f"{r['shape'][:46]:<46} {r['source'][-72:]:<72} {r['parse_mb_per_s']:>9} {r['median_mb_per_s']:>7} "
+            f"{r['baseline_mb_per_s']:>10} {r['peak_rss_mb']:>7} {r['small_rss_mb']:>9}"
+        )
+
+
+def real_main(ns: argparse.Namespace) -> int:
+    from launcher.check.stream import parse_stream
+
+    size_mb, small_mb = ns.size_mb or 100, 10 if ns.small_mb is None else ns.small_mb
+    ok, rows = True, []
+    for path in real_logs(ns.only):
+        one = path.read_bytes()
+        one += b"" if one.endswith(b"\n") else b"\n"
+        shape = shape_of(one.decode("utf-8", errors="replace"), parse_stream(io.BytesIO(one)).to_json())
+        small = measure_real(path, one, min(small_mb, size_mb), ns)
+        row = {"shape": shape, **measure_real(path, one, size_mb, ns, ns.runs)}
+        row["small_rss_mb"] = small["peak_rss_mb"]
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        if not (row["facts_ok"] and small["facts_ok"]):
+            print(f"{row['source']}: facts differ from the log's own", file=sys.stderr)
+            ok = False
+        if row["median_mb_per_s"] < ns.min_mb_per_s:
+            print(f"{row['source']}: {row['median_mb_per_s']} MB/s is below {ns.min_mb_per_s} MB/s", file=sys.stderr)
+            ok = False
+    real_table(rows, print)
     return 0 if ok else 1
 
 

@@ -11,11 +11,12 @@ import yaml
 from click.testing import CliRunner
 
 from launcher.check.compare import read_log
+from launcher.check.parser import parse_text
 from launcher.cli import main
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 GOLDEN = LOGS / "golden"
-ALL_LOGS = sorted([*LOGS.glob("*.log"), *(LOGS / "cpu").glob("*.log")])
+ALL_LOGS = sorted([*LOGS.glob("*.log"), *(LOGS / "cpu").glob("*.log"), *(LOGS / "written").glob("*.log")])
 KEYS = (
     "vllm_version", "device", "engine", "model", "max_model_len", "tensor_parallel_size", "gpu_memory_utilization",
     "total_memory_gib", "model_loading_gib", "available_kv_gib", "num_blocks", "kv_pool_tokens", "max_concurrency",
@@ -135,6 +136,19 @@ def test_json_keys_exact_numbers() -> None:
     assert d["predicted"] is None and d["failure"] is None
 
 
+def test_json_states_bytes_beside_gib() -> None:
+    """`plan --json` reports bytes; `check --json` states each GiB figure in bytes too (`<name>_bytes`)."""
+    log = LOGS / "llmd-planner-v0.19.0-meta-llama-llama-3-1-8b---h100-80gb--tp1pp1dp1--8192.log"
+    d = json.loads(run(str(log), "--json").stdout)
+    # the log prints "Available KV cache memory: 58.11 GiB": 58.11 × 2**30 = 62,395,137,392.64 bytes
+    assert d["available_kv_bytes"] == 62_395_137_393
+    assert d["per_worker_available_kv_bytes"] == [62_395_137_393]
+    for key, value in d.items():
+        if key.endswith("_gib") and not key.startswith("per_worker"):
+            twin = d[key[: -len("gib")] + "bytes"]
+            assert (value is None and twin is None) or isinstance(twin, int)
+
+
 def test_diff_with_config_only() -> None:
     log = LOGS / "llmd-planner-v0.19.0-meta-llama-llama-3-1-8b---h100-80gb--tp1pp1dp1--8192.log"
     cfg = Path(__file__).parent / "fixtures" / "configs" / "Llama-3.1-8B.json"
@@ -220,3 +234,62 @@ def test_the_standard_input_is_read_up_to_a_bound(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(check, "MAX_STDIN_LOG", 4096)
     r = CliRunner().invoke(main, ["check", "-"], input=CPU_LOG.read_bytes())
     assert r.exit_code == 2 and "on the standard input: not a log" in r.stderr, r.output[-300:]
+
+
+# --- every line form vLLM's logger writes is vLLM's, whatever its header -----------------------------------------
+
+# The headers vLLM's logger has written (vllm/logger.py: "%(levelname)s %(asctime)s %(filename)s:%(lineno)d]" before
+# 0.6.5, the file in brackets since, its path from 0.11), behind the process tags of the API server, the engine core
+# and the workers of each executor.
+HEADERS = {
+    "pre-0.6.5": "INFO 12-13 19:54:18 worker.py:243] ",
+    "pre-0.6.5-worker": "(VllmWorkerProcess pid=4781) INFO 12-13 19:54:18 worker.py:243] ",
+    "brackets": "INFO 12-13 19:54:18 [worker.py:243] ",
+    "path": "WARNING 04-22 00:03:36 [v1/worker/gpu_worker.py:276] ",
+    "api-server": "(APIServer pid=1) INFO 04-22 00:02:45 [entrypoints/utils.py:299] ",
+    "vllm-worker-rank": "(VllmWorker rank=0 pid=2445156) ERROR 05-10 16:00:15 [multiproc_executor.py:470] ",
+    "engine-core-dp": "(EngineCore_DP0 pid=3021) INFO 09-23 18:12:21 [gpu_model_runner.py:2392] ",
+    "worker-tp": "(Worker_TP1 pid=444) DEBUG 04-22 01:37:39 [v1/worker/gpu_model_runner.py:4820] ",
+    "ray": "(EngineCore_0 pid=1159) (RayWorkerWrapper pid=345, ip=10.42.11.243) INFO 09-10 23:47:50 [worker.py:276] ",
+    "colours": "\x1b[1;36m(EngineCore pid=452)\x1b[0;0m \x1b[32mINFO\x1b[0m 11-29 20:30:24 [cpu_model_runner.py:68] ",
+    "milliseconds": "INFO 12-13 19:54:18.123 [worker.py:243] ",
+}
+# Messages no pattern reads: the line is vLLM's by its header alone.
+PLAIN_MESSAGES = ("Using Flash Attention backend.", "Memory profiling results: …", "Using model weights format ['*']")
+
+
+@pytest.mark.parametrize("header", list(HEADERS))
+def test_a_line_of_vllm_s_logger_is_a_vllm_log_whatever_its_header(header: str, tmp_path: Path) -> None:
+    path = tmp_path / "vllm.log"
+    path.write_text("".join(HEADERS[header] + msg + "\n" for msg in PLAIN_MESSAGES))
+    r = run(str(path))
+    assert r.exit_code == 0, r.output
+    assert "not a vLLM log" not in r.stderr
+    assert read_log(str(path)).recognised
+    assert parse_text(path.read_text()).recognised
+
+
+def test_the_pre_0_6_5_memory_line_of_the_issue_is_a_vllm_log(tmp_path: Path) -> None:
+    """A real pre-0.6.5 log's line, as quoted: no `[` before the file name, its figures left out."""
+    path = tmp_path / "pre-0.6.5.log"
+    path.write_text("INFO 12-13 19:54:18 worker.py:243] Memory profiling results: …\n" * 3)
+    r = run(str(path))
+    assert r.exit_code == 0 and "not a vLLM log" not in r.stderr, r.output
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "INFO:     Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)",  # uvicorn's own
+        "I1213 19:54:18.123456  4242 worker.cc:243] glog, not vLLM",
+        "2024-12-13 19:54:18,123 INFO worker.py:243 Python's default format",
+        "see INFO 12-13 19:54:18 worker.py:243] quoted mid-line",
+        "INFO 12-13 19:54:18 a message with no file",
+        "(EngineCore pid=" + "1" * 5000,
+    ],
+)
+def test_other_programs_lines_are_not_a_vllm_log(line: str, tmp_path: Path) -> None:
+    path = tmp_path / "other.log"
+    path.write_text(line + "\n")
+    r = run(str(path))
+    assert r.exit_code == 2 and "not a vLLM log" in r.stderr, r.output

@@ -566,3 +566,52 @@ def test_check_reads_unclosed_process_tags_fast(tmp_path: Path, lines: int) -> N
     took = time.process_time() - start
     assert r.exit_code == 2 and "not a vLLM log" in r.stderr, r.output[-300:]
     assert took < 3.0, f"{took:.1f} s"
+
+
+def _reader_regexes() -> list[tuple[str, object, bool]]:
+    """The regexes the reader runs over every line or every chunk beside the patterns, and whether it searches with
+    them (else it matches them at a line's start): vLLM's logger header (on a line, and over a chunk's bytes), a
+    restart's prefix and what of it changes."""
+    from launcher.check import masks, restarts
+    from launcher.check import stream as st
+
+    return [
+        ("masks._VLLM_HEADER", masks._VLLM_HEADER, False),
+        ("stream._HEADER_AT", st._HEADER_AT, False),
+        ("stream._HEADER_AFTER", st._HEADER_AFTER, True),
+        ("restarts._PREFIX", restarts._PREFIX, False),
+        ("restarts._CHANGES", restarts._CHANGES, True),
+    ]
+
+
+_READER_TEXTS = {
+    "tags": "(EngineCore pid=1) ",
+    "tag-open": "(EngineCore pid=",
+    "tag-name": "(VllmWorker rank=0 ",
+    "equals": "(a=",
+    "header": "INFO 12-13 19:54:18 ",
+    "header-lines": "\nINFO 12-13 19:54:18 ",
+    "tag-lines": "\n(APIServer pid=1) ",
+    "colours": "\x1b[32m",
+    "journald": "Jan 30 03:18:12 host vllm[1234]: ",
+    "digits": "1",
+    "spaces": " ",
+}
+
+
+@pytest.mark.parametrize("entry", _reader_regexes(), ids=lambda e: e[0])
+def test_the_reader_s_own_regexes_are_linear(entry: tuple[str, object, bool]) -> None:
+    import time
+
+    name, rx, searched = entry
+    for shape, unit in _READER_TEXTS.items():
+        text = _fill("", unit)
+        data = text.encode() if isinstance(rx.pattern, bytes) else text  # type: ignore[attr-defined]
+        start = time.process_time()
+        if searched:
+            for _ in rx.finditer(data):  # type: ignore[attr-defined]
+                pass
+        else:
+            rx.match(data)  # type: ignore[attr-defined]
+        took = time.process_time() - start
+        assert took < _LIMIT_S, f"{name} over 1 MB of {shape}: {took:.1f} s"

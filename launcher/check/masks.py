@@ -31,6 +31,26 @@ from launcher.vllm.logs import (
 
 VERSION_CONTEXT = ("vLLM", "LLM engine", "█", "▀", "api_server")
 
+# vLLM's logger header, at the start of every line its logger writes, after the process tags of a worker or of the
+# API server ("(APIServer pid=1) ", "(VllmWorker rank=0 pid=42) ", "(EngineCore_DP0 pid=7) "): the level, the date
+# and time, then the file and line, "INFO 12-13 19:54:18 worker.py:243] " before 0.6.5 (vllm/logger.py's format
+# "%(levelname)s %(asctime)s %(filename)s:%(lineno)d] %(message)s"), "INFO 12-13 19:54:18 [worker.py:243] " since,
+# "[v1/worker/gpu_worker.py:276]" with the path from 0.11. A line that starts so is vLLM's, whatever it says. Terminal
+# colours may stand between the parts; the raw line is read (bytes in `parse_stream`, the same source).
+_ANSI_SRC = r"(?:\x1b\[[0-9;?]*+[A-Za-z]|\x1b\][^\x07\x1b\n]*+(?:\x07|\x1b\\))*+"
+_TAG_SRC = r"\([A-Za-z0-9_][A-Za-z0-9_ =-]*pid=[0-9]++[^)\n]*+\)[ \t]*+"
+VLLM_HEADER_SRC = (
+    f"(?:{_ANSI_SRC}{_TAG_SRC}(?:{_ANSI_SRC}[ \\t]++)?)*+{_ANSI_SRC}(?:DEBUG|INFO|WARNING|ERROR|CRITICAL){_ANSI_SRC} "
+    r"[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]++)? \[?[A-Za-z0-9_./-]++:[0-9]++\]"
+)
+_VLLM_HEADER = re.compile(VLLM_HEADER_SRC)
+
+
+def vllm_header(raw: str) -> bool:
+    """Whether a line (as read, colours and all) starts with vLLM's logger header: vLLM printed it."""
+    return _VLLM_HEADER.match(raw) is not None
+
+
 # The lines that make a file a vLLM log: every pattern but the ones any program may print (a Python exception, a
 # version number, a traceback frame, torch's out-of-memory, the launch environment's failures).
 _NOT_VLLM_ONLY = (
@@ -57,13 +77,33 @@ _KW_MASKS: tuple[tuple[str, int], ...] = tuple(
     (k, sum(BIT[p.name] for p in PATTERNS if k in p.keywords))
     for k in dict.fromkeys(k for p in PATTERNS for k in p.keywords)
 )
+# A keyword without digits is in a text where it is in the text with its digits made zeros: the lines of a serving
+# log (statistics, requests) differ in their figures only, and their keywords are looked for once (`mask_of`). The
+# texts remembered are short, and at most _SEEN_MAX of them.
+_NO_DIGITS: tuple[tuple[bytes, int], ...] = tuple(
+    (k.encode(), bits) for k, bits in _KW_MASKS if not any(c.isdigit() for c in k)
+)
+_DIGITS: tuple[tuple[str, int], ...] = tuple((k, bits) for k, bits in _KW_MASKS if any(c.isdigit() for c in k))
+_ZEROS = bytes.maketrans(b"123456789", b"000000000")
+_SEEN: dict[bytes, int] = {}
+_SEEN_MAX, _SEEN_LEN = 4096, 512
 
 
 def mask_of(text: str) -> int:
     """The bits of the patterns whose keywords `text` holds."""
-    m = 0
-    for k, bits in _KW_MASKS:
-        if k in text:
+    zeroed = text.encode("utf-8", "surrogatepass").translate(_ZEROS)
+    m = _SEEN.get(zeroed)
+    if m is None:
+        m = 0
+        for k, bits in _NO_DIGITS:
+            if k in zeroed:
+                m |= bits
+        if len(zeroed) <= _SEEN_LEN:
+            if len(_SEEN) >= _SEEN_MAX:
+                _SEEN.clear()
+            _SEEN[zeroed] = m
+    for d, bits in _DIGITS:
+        if d in text:
             m |= bits
     return m
 

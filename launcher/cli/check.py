@@ -33,7 +33,7 @@ def check(
     from launcher.check.compare import read_log, render_comparison, render_facts, require_vllm_log
 
     facts = require_vllm_log(read_log(log))
-    out: dict[str, Any] = facts.to_json()
+    out: dict[str, Any] = {**facts.to_json(), **facts.bytes_json()}
     plan_, comparison, note = plan_for_log(facts, profile, flags, free_gib, not no_calibration)
     if plan_ is not None and comparison is not None:
         out["predicted"] = plan_.to_json()
