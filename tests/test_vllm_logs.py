@@ -470,6 +470,28 @@ def test_samples_are_bounded_to_the_last_ones(monkeypatch: pytest.MonkeyPatch) -
         assert got[-1].generation_tokens_per_s == extra - 1 and got[-1].line == n + extra, where
 
 
+def test_samples_before_a_restart_are_dropped_however_many(monkeypatch: pytest.MonkeyPatch) -> None:
+    """More statistics lines than the facts keep, then the service restarts and prints a few: only those few."""
+    served = SERVING_LOG.read_bytes()
+    n = served.count(b"\n")
+
+    def stats(count: int, base: int) -> bytes:
+        return b"".join(
+            b"(APIServer pid=22780) INFO 12-03 11:00:00 [loggers.py:335] Engine 000: Avg prompt throughput: 1.0 "
+            b"tokens/s, Avg generation throughput: %d.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, CPU KV cache "
+            b"usage: 0.1%%\n" % (base + k)
+            for k in range(count)
+        )
+
+    many = MAX_THROUGHPUT_SAMPLES + 500
+    data = served + stats(many, 0) + served + stats(10, 90_000)
+    for where, f in _each_way(data, monkeypatch):
+        got = list(f.throughput)
+        assert _rows(got[:-10], shift=n + many) == SERVING_SAMPLES, where  # the second boot's own
+        assert [s.generation_tokens_per_s for s in got[-10:]] == [90_000.0 + k for k in range(10)], where
+        assert [s.line for s in got[-10:]] == [2 * n + many + 1 + k for k in range(10)], where
+
+
 def test_a_log_that_begins_while_serving_and_a_wrapped_line() -> None:
     """A rotated log holds no start-up: its statistics are read; a line a terminal wrapped, once, where it starts."""
     real = THROUGHPUT_WORDINGS[-1][1]

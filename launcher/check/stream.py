@@ -7,7 +7,7 @@ import re as std_re
 from collections.abc import Generator, Iterator
 from typing import IO
 
-from launcher.check.facts import LogFacts
+from launcher.check.facts import MAX_THROUGHPUT_SAMPLES, LogFacts
 from launcher.check.framer import LINE_CAP, PREFIX_SRC, RECORD_START_SRC, clean
 from launcher.check.masks import SERVING_NO_BANNER, VLLM_HEADER_SRC
 from launcher.check.parser import DRY_LINES, LogParser, stated_key
@@ -50,6 +50,9 @@ _HEADER_AT = std_re.compile(VLLM_HEADER_SRC.encode())
 _HEADER_AFTER = std_re.compile(rb"\n(?:" + VLLM_HEADER_SRC.encode() + rb")")
 # What makes the parser read a log as served: a line that says the API server is up, or a request (each keyword of
 # those patterns holds one of these).
+# The keywords of the engine's periodic statistics, and the other keywords a serving log is read for.
+_STATS_KEYWORDS = ENGINE_THROUGHPUT.keywords_bytes
+_SERVING_OTHERS = tuple(k for k in SERVING_NO_BANNER if k not in _STATS_KEYWORDS)
 _SERVED = tuple(k.removeprefix(b" ") for k in (*keywords_of((API_READY, ENGINE_THROUGHPUT)), b"request ", b"HTTP/1.1"))
 assert all(any(s in k for s in _SERVED) for k in keywords_of((API_READY, REQUEST_TRAFFIC, ENGINE_THROUGHPUT)))
 
@@ -164,9 +167,14 @@ def _pairs_at_start(data: bytearray, b: int) -> Iterator[std_re.Match[bytes]]:
 
 def _serving_lines(data: bytearray, a: int, b: int, banners: tuple[bytes, ...]) -> list[int]:
     """Once the API server is up: the starts of the lines in data[a:b] that hold an AFTER_BOOT_KEYWORDS keyword (of
-    the banner's, only `banners`: those `_boot_skip` found in data)."""
+    the banner's, only `banners`: those `_boot_skip` found in data). Of the lines that hold only the statistics'
+    keyword, the last MAX_THROUGHPUT_SAMPLES: the facts keep no earlier one (each later one is later in the file, in
+    the same boot or in a boot that replaces them)."""
     starts: set[int] = set()
-    _keyword_lines(data, a, b, banners + SERVING_NO_BANNER, starts)
+    _keyword_lines(data, a, b, banners + _SERVING_OTHERS, starts)
+    stats: set[int] = set()
+    _keyword_lines(data, a, b, _STATS_KEYWORDS, stats)
+    starts.update(sorted(stats - starts)[-MAX_THROUGHPUT_SAMPLES:])
     return sorted(starts)
 
 
