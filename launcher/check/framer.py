@@ -53,10 +53,10 @@ _RECORD_START = re.compile(RECORD_START_SRC)
 # The prefix vLLM writes before each line of a record, a multi-line message's too: process tags
 # ("(EngineCore_DP0 pid=123) "), then the logger's header ("ERROR 04-22 10:00:00 [core.py:700] ", "INFO 05-30
 # 16:22:20 llm_engine.py:234] " before 0.6).
-_HEADER_SRC = (
+HEADER_SRC = (
     r"(?:INFO|DEBUG|WARNING|ERROR|CRITICAL){ansi} \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d++)? (?:\[?[\w./-]++:\d++\] ?)?"
 )
-PREFIX_SRC = "(?>(?:{ansi}" + _TAG_SRC + ")+){ansi}(?:" + _HEADER_SRC + ")?|{ansi}" + _HEADER_SRC
+PREFIX_SRC = "(?>(?:{ansi}" + _TAG_SRC + ")+){ansi}(?:" + HEADER_SRC + ")?|{ansi}" + HEADER_SRC
 _PREFIX = re.compile(PREFIX_SRC.format(ansi=""))
 
 

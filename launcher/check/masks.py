@@ -38,9 +38,9 @@ VERSION_CONTEXT = ("vLLM", "LLM engine", "█", "▀", "api_server")
 # "[v1/worker/gpu_worker.py:276]" with the path from 0.11. A line that starts so is vLLM's, whatever it says. Terminal
 # colours may stand between the parts; the raw line is read (bytes in `parse_stream`, the same source).
 _ANSI_SRC = r"(?:\x1b\[[0-9;?]*+[A-Za-z]|\x1b\][^\x07\x1b\n]*+(?:\x07|\x1b\\))*+"
-_TAG_SRC = r"\([A-Za-z0-9_][A-Za-z0-9_ =-]*pid=[0-9]++[^)\n]*+\)[ \t]*+"
+TAG_SRC = r"\([A-Za-z0-9_][A-Za-z0-9_ =-]*pid=[0-9]++[^)\n]*+\)[ \t]*+"
 VLLM_HEADER_SRC = (
-    f"(?:{_ANSI_SRC}{_TAG_SRC}(?:{_ANSI_SRC}[ \\t]++)?)*+{_ANSI_SRC}(?:DEBUG|INFO|WARNING|ERROR|CRITICAL){_ANSI_SRC} "
+    f"(?:{_ANSI_SRC}{TAG_SRC}(?:{_ANSI_SRC}[ \\t]++)?)*+{_ANSI_SRC}(?:DEBUG|INFO|WARNING|ERROR|CRITICAL){_ANSI_SRC} "
     r"[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]++)? \[?[A-Za-z0-9_./-]++:[0-9]++\]"
 )
 _VLLM_HEADER = re.compile(VLLM_HEADER_SRC)

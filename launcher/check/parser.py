@@ -278,9 +278,7 @@ class LogParser:
         warnings printed since vLLM's last line (before the banner, or the restart's first statement) belong to this
         one."""
         old, old_boots, line_no, restarts = self.facts, self._boots, self.line_no, self._restarts.count
-        if carried is None:
-            carried = self.pending, self.repo if "repo_access" in self.pending else None
-        pending, repo = carried
+        pending, repo = carried if carried is not None else _carried(self.pending, self.repo)
         self.__init__()  # type: ignore[misc]
         self.line_no, self._restarts.count, self._banner = line_no, restarts, banner
         self.facts.recognised, self.facts.lines_read, self.facts.source = old.recognised, old.lines_read, old.source

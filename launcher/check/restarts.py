@@ -18,6 +18,9 @@ from typing import TYPE_CHECKING, TypeAlias
 
 import regex as re
 
+from launcher.check.framer import HEADER_SRC
+from launcher.check.masks import TAG_SRC
+
 if TYPE_CHECKING:
     from launcher.check.environment import RepoAccess
     from launcher.check.facts import Failure
@@ -33,9 +36,9 @@ RESTART_SPAN = 200
 # What may stand before a message: journald's and docker's prefixes, process tags, vLLM's logger header.
 _JOURNALD = r"(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d [^\s:]++ [^\s:\[]++(?:\[\d++\])?: )?"
 _DOCKER = r"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d++)?(?:Z|[+-]\d\d:?\d\d) )?"
-_TAG = r"\([A-Za-z0-9_][A-Za-z0-9_ =-]*pid=\d++[^)\n]*+\)[ \t]*+"
-_HEADER = r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d++)? (?:\[?[\w./-]++:\d++\] ?)?)?"
-_PREFIX = re.compile(_JOURNALD + _DOCKER + "(?:" + _TAG + ")*+" + _HEADER)
+# The process tags are those `masks` knows a vLLM line by; the header is the framer's (ANSI colours are gone from a
+# cleaned line).
+_PREFIX = re.compile(_JOURNALD + _DOCKER + "(?:" + TAG_SRC + ")*+(?:" + HEADER_SRC.format(ansi="") + ")?")
 # What of a prefix a restart changes: pids, times.
 _CHANGES = re.compile(
     r"pid=\d++|\[\d++\]: |\d{4}-\d\d-\d\dT\S++ |[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d "

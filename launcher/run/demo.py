@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable
@@ -262,11 +263,5 @@ def next_commands(profile_path: Path) -> list[str]:
         by_name = os.path.samefile(found, profile_path)
     except (ProfileError, OSError):
         by_name = False
-    arg = name if by_name else _shell_word(str(profile_path))
+    arg = name if by_name else shlex.quote(str(profile_path))
     return [f"vlaunch plan {arg}", f"vlaunch serve {arg}"]
-
-
-def _shell_word(text: str) -> str:
-    import shlex
-
-    return shlex.quote(text)
