@@ -71,13 +71,29 @@ def _linear_modules(layout: Layout) -> list[str]:
     return out
 
 
-def _quantized(layout: Layout, fmt: str) -> tuple[Layout, dict[str, Any]]:
+# Linear layers vLLM 0.32 builds with quant_config=None, so a checkpoint it loads keeps them in 16 bits: the DSA
+# indexer's wk and weights_proj (deepseek_v2.py Indexer.wk_weights_proj), DeepSeek-V4's compressors and indexer head.
+SIXTEEN_BIT_IN_VLLM = {
+    "deepseek_v32": (".indexer.wk", ".indexer.weights_proj"),
+    "glm_moe_dsa": (".indexer.wk", ".indexer.weights_proj"),
+    "deepseek_v4": (".compressor.", ".indexer.weights_proj"),
+}
+
+
+HEADS = ("lm_head", "embed_out")  # the output head's module: GPT-NeoX names it embed_out
+
+
+def _quantized(layout: Layout, fmt: str, model_type: str = "") -> tuple[Layout, dict[str, Any]]:
     """The checkpoint in a published quantized layout, and the quantization_config its config.json carries."""
     out: Layout = {}
     linears = set(_linear_modules(layout))
     kept: list[str] = []
+    vllm_16 = SIXTEEN_BIT_IN_VLLM.get(model_type, ())
     for name, (dt, shape) in layout.items():
         module = name.removesuffix(".weight")
+        if module in linears and any(m in module + "." for m in vllm_16):
+            out[name] = (dt, shape)
+            continue
         if module not in linears:
             out[name] = (dt, shape)
             continue
@@ -103,8 +119,8 @@ def _quantized(layout: Layout, fmt: str) -> tuple[Layout, dict[str, Any]]:
     if fmt == "fp8":
         q: dict[str, Any] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
                              "weight_block_size": [128, 128], "modules_to_not_convert": kept}  # fmt: skip
-    elif fmt == "nvfp4":
-        q = {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16, "ignore": kept,
+    elif fmt == "nvfp4":  # ModelOpt lists the output head it keeps in 16 bits (vLLM quantizes a ParallelLMHead else)
+        q = {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16, "ignore": [*kept, *HEADS],
              "modules_to_not_convert": kept}  # fmt: skip
     else:
         q = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm",
@@ -149,8 +165,10 @@ def test_quantized_checkpoint_bytes_equal_arithmetic(tmp_path: Path, path: Path,
     fx = _fixture(path)
     if _fused_experts(_bf16_layout(fx)):
         pytest.skip("experts stored as 3-D stacks: their quantized layouts are family-specific (test_formats: MXFP4)")
-    layout, q = _quantized(_bf16_layout(fx), fmt)
+    layout, q = _quantized(_bf16_layout(fx), fmt, fx["config"].get("model_type", ""))
     config = {**fx["config"], "quantization_config": q}
+    if fmt == "fp8" and config.get("model_type") == "deepseek_v4":
+        config["expert_dtype"] = "fp8"  # fp8 block experts; vLLM reads the default (fp4) as MXFP4 experts
     if fmt == "awq":
         config["torch_dtype"] = "float16"
     on_disk = _write(tmp_path / "m", config, layout)

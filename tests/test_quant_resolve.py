@@ -330,3 +330,41 @@ def test_plan_refuses_a_format_the_checkpoint_does_not_hold() -> None:
     assert plan.fits is True
     i = plan.argv.index("--quantization")
     assert plan.argv[i + 1] == "fp8_per_block"
+
+
+# ModelOpt MIXED_PRECISION names a layer's routed experts as one container (no expert index, no trailing dot), the
+# form of NVIDIA's Qwen3.6 / MiniMax exports: vLLM's _resolve_quant_algo finds the experts by that key (its prefix
+# lookup). A 16-bit lm_head the export lists is quantized too (ParallelLMHead takes the ModelOpt method).
+def _mixed(layers: dict[str, Any]) -> dict[str, Any]:
+    cfg = copy.deepcopy(TINY_MOE)
+    cfg["quantization_config"] = {
+        "quant_method": "modelopt",
+        "quant_algo": "MIXED_PRECISION",
+        "quantized_layers": layers,
+    }
+    return cfg
+
+
+def test_mixed_precision_container_key_prices_the_experts() -> None:
+    nvfp4 = {"quant_algo": "NVFP4", "group_size": 16}
+    cfg = _mixed({f"model.layers.{i}.mlp.experts": nvfp4 for i in range(2)})
+    model = _model(cfg)
+    # as stored: each expert's gate, up and down with its fp8 group scales, and a weight_scale_2 and input_scale each
+    stored = 2 * 4 * (3 * EXPERT_W // 2 + 3 * 2048 + 3 * 8) + MOE_REST
+    assert weight_bytes(model, detect(model)).total_bytes == stored
+
+
+def test_mixed_precision_lm_head_listed_is_quantized() -> None:
+    cfg = _mixed({"lm_head": {"quant_algo": "FP8"}})
+    model = _model(cfg)
+    # lm_head 1024 x 256: one byte per weight, a per-tensor weight_scale and input_scale (fp32) instead of 2 bytes
+    assert weight_bytes(model, detect(model)).total_bytes == MOE_REST + 2 * 4 * 3 * EXPERT_W * 2 - 1024 * 256 + 8
+
+
+def test_modelopt_without_producer_is_what_vllm_reads_as_unquantized() -> None:
+    model = _model(TINY_DENSE)
+    side = {"quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8"}}  # no "producer"
+    refused = quant.resolve(None, detect(model, side), model, Version((0, 32, 0))).refusal
+    assert refused is not None and "producer" in refused
+    side["producer"] = {"name": "modelopt", "version": "0.23.0"}
+    assert quant.resolve(None, detect(model, side), model, Version((0, 32, 0))).refusal is None

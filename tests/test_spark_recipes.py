@@ -27,14 +27,13 @@ REFUSED: dict[str, str] = {
     "eugr-recipe-deepseek-v4-flash-jasl": "compressed_attention layers is not predicted",
     # flags that only patched builds have
     "sa-exp-openai-gpt-oss-120b": "--mxfp4-backend is a flag of no vLLM release vlaunch knows",
-    # speculative decoding whose drafter vlaunch does not price (DFlash)
-    "sa-exp-qwen3.6-35b-a3b-fp8-dflash": "its drafter is not planned",
-    "sa-exp-qwen3.6-27b-fp8-dflash-512k": "its drafter is not planned",
+    # a drafter (DFlash, Gemma 4's assistant) whose config.json is not on this box: the error says how to give it
+    "sa-exp-qwen3.6-35b-a3b-fp8-dflash": "hf download z-lab/Qwen3.6-35B-A3B-DFlash config.json",
+    "sa-exp-qwen3.6-27b-fp8-dflash-512k": "hf download z-lab/Qwen3.6-27B-DFlash config.json",
+    "eugr-recipe-gemma4-31b-it-nvfp4": "hf download google/gemma-4-31B-it-assistant config.json",
     # no config.json on this box for the model (not in the Hugging Face cache, offline)
     "nv-txt2kg-vllm-nemotron-super-49b": "not in the local Hugging Face cache",
     "eugr-recipe-mistral-small-4-nvfp4": "not in the local Hugging Face cache",
-    # the stand-in config has no MTP layers for --speculative-config mtp
-    "eugr-recipe-gemma4-31b-it-nvfp4": "needs MTP layers",
     # a --quantization no vLLM release names
     "nv-nemotron-super-nvfp4": "quantization: must be a vLLM --quantization method",
     # --swap-space left vLLM in 0.18; the image's vLLM is not stated, so the newest is assumed

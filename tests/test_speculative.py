@@ -49,6 +49,26 @@ def test_a_draft_model_adds_its_layers_and_weights() -> None:
     assert both["vllm_argv"][-2:] == ["--speculative-config", json.dumps(draft, separators=(",", ":"))]
 
 
+def test_dflash_dspark_and_assistant_drafters_add_their_weights(monkeypatch: Any) -> None:
+    """NVIDIA's Spark recipes name a DFlash drafter (z-lab/Qwen3.8-27B-DFlash2), a DSpark one and Gemma 4's
+    "assistant" (method mtp with a model of its own): each is a model vLLM loads beside the target."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    base = ["--config", str(FIXTURES / "configs" / "Qwen3-32B.json"), "--machine", "dgx-spark",
+            "--max-model-len", "32768"]  # fmt: skip
+    _, alone, _ = plan(*base)
+    small = str(FIXTURES / "configs" / "Qwen3-0.6B.json")
+    _, drafted, _ = plan(*base, "--speculative-config", json.dumps({"model": small, "num_speculative_tokens": 3}))
+    for method in ("dflash", "dspark", "mtp"):
+        spec = {"method": method, "model": small, "num_speculative_tokens": 3}
+        code, both, err = plan(*base, "--speculative-config", json.dumps(spec))
+        assert code == 0, err
+        assert both["weights_bytes"] == drafted["weights_bytes"] > alone["weights_bytes"] + 1_000_000_000, method
+    missing = {"method": "dflash", "model": "z-lab/not-cached-DFlash", "num_speculative_tokens": 8}
+    r = CliRunner().invoke(main, ["plan", *base, "--speculative-config", json.dumps(missing)])
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "hf download z-lab/not-cached-DFlash config.json" in r.stderr and '"model": "/path/to/drafter"' in r.stderr
+
+
 def test_mtp_without_mtp_layers_and_unplanned_methods_are_one_line_errors() -> None:
     def refused(speculative: str) -> str:
         r = CliRunner().invoke(

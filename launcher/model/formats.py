@@ -59,8 +59,24 @@ class FormatSpec:
     # Mixed precision: (module name, exact or "re:" pattern or class name "Linear"; its format), in match order.
     # A quantizable tensor no entry matches stays 16-bit.
     layers: tuple[tuple[str, FormatSpec], ...] = ()
+    # Routed experts by their container's name (`layers.3.ffn.experts`, glob patterns, "*" for any), in match order,
+    # before anything else decides: DeepSeek-V4 stores the experts in another format than its linear layers.
+    experts: tuple[tuple[str, FormatSpec], ...] = ()
+    lm_head: bool = False  # the lm_head is quantized like a linear layer unless excluded (ModelOpt's ParallelLMHead)
+    # How `not_converted` names a module: "glob" (exact, a parent, or an fnmatch pattern) or "modelopt" (also any
+    # module whose name holds the entry: ModelOpt's is_layer_excluded tests `entry in prefix`).
+    exclude_match: Literal["glob", "modelopt"] = "glob"
+    # Why vLLM does not read the checkpoint's quantization at all ("": it does): it then builds 16-bit layers that
+    # cannot load the quantized tensors. The weights are still priced as stored.
+    unread: str = ""
 
     def describe(self) -> str:
+        if self.experts:
+            parts = dict.fromkeys([self._own(), *(sub.describe() for _, sub in self.experts)])
+            return f"{self.method or 'mixed'} per layer: {' + '.join(parts)}"
+        return self._own()
+
+    def _own(self) -> str:
         if self.layers:
             parts = dict.fromkeys(sub.describe() for _, sub in self.layers)
             return f"{self.method or 'mixed'} per layer: {' + '.join(parts)}"
@@ -180,7 +196,8 @@ _MODELOPT_METHOD = {"FP8": "modelopt", "FP8_PER_CHANNEL_PER_TOKEN": "modelopt", 
 
 def _modelopt_algo(algo: str, info: Mapping[str, Any], excluded: tuple[str, ...], source: str) -> FormatSpec:
     """The layout one ModelOpt quant_algo writes (fp32 scales unless said otherwise)."""
-    common: dict[str, Any] = {"not_converted": excluded, "source": source, "method": _MODELOPT_METHOD.get(algo)}
+    common: dict[str, Any] = {"not_converted": excluded, "source": source, "method": _MODELOPT_METHOD.get(algo),
+                              "lm_head": True, "exclude_match": "modelopt"}  # fmt: skip
     if algo == "FP8":  # e4m3 weights, per-tensor weight_scale and static input_scale
         return FormatSpec("fp8", bits=8, **common)
     if algo == "FP8_PER_CHANNEL_PER_TOKEN":  # a weight_scale per output row; activations scaled per token
@@ -212,7 +229,55 @@ def _modelopt(q: Mapping[str, Any], layers: Any, excluded: tuple[str, ...], sour
         per.setdefault(key, _modelopt_algo(str(info.get("quant_algo") or "").upper(), info, (), source))
     subs = tuple(per.items())
     first = min((spec for _, spec in subs), key=lambda x: x.bits)
-    return replace(first, not_converted=excluded, method="modelopt_mixed", layers=subs)
+    return replace(first, not_converted=excluded, method="modelopt_mixed", layers=subs, lm_head=True,
+                   exclude_match="modelopt")  # fmt: skip
+
+
+# The model types whose fp8 checkpoints vLLM reads with DeepseekV4FP8Config (deepseek_v41/quant_config.py
+# override_quantization_method): block-fp8 linear layers, routed experts by the config's `expert_dtype`.
+DEEPSEEK_V4_TYPES = frozenset({"deepseek_v4", "deepseek_v4_text", "deepseek_v41", "deepseek_v41_text"})
+# Linear layers vLLM builds without the quantization config, so they load in 16 bits whatever the checkpoint's
+# method (vLLM 0.32, found by scripts/quant_oracle.py): DeepSeek-V4's compressors and its indexer's head weights,
+# the DSA indexer's fused wk + weights_proj of DeepSeek-V3.2 and GLM-5.
+VLLM_SIXTEEN_BIT: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(DEEPSEEK_V4_TYPES, ("*.compressor.*", "*.indexer.weights_proj")),
+    "deepseek_v32": ("*.indexer.wk", "*.indexer.weights_proj"),
+    "glm_moe_dsa": ("*.indexer.wk", "*.indexer.weights_proj"),
+}
+
+
+def _deepseek_v4(q: Mapping[str, Any], shape: Model, linear: FormatSpec) -> FormatSpec:
+    """DeepSeek-V4's fp8 checkpoints as vLLM's DeepseekV4FP8Config stores them: experts in fp8 blocks where
+    `expert_dtype` is fp8, else MXFP4 (e2m1 with an E8M0 scale per 32); a ModelOpt export naming `moe_quant_algo:
+    NVFP4` has NVFP4 experts (group 16) but for those its `ignore` globs name (`mtp.*`), which stay MXFP4."""
+    linear = replace(linear, method="deepseek_v4_fp8")
+    if (shape.expert_dtype or "fp4") == "fp8":
+        return linear
+    mx = FormatSpec("mxfp4", bits=4, group_size=32, source="config.json", method="deepseek_v4_fp8")
+    if str(q.get("moe_quant_algo") or "").upper() != "NVFP4":
+        return replace(linear, experts=(("*", mx),))
+    nv = FormatSpec("nvfp4", bits=4, group_size=16, source="config.json", method="modelopt_fp4")
+    ignore = tuple(str(p) for p in q.get("ignore") or () if isinstance(p, str))
+    return replace(linear, experts=(*((p, mx) for p in ignore), ("*", nv)))
+
+
+def _unread(q: Mapping[str, Any], where: str) -> str:
+    """vLLM's reason not to read a ModelOpt config it finds without a quant_method: its normalizer
+    (transformers_utils/model_arch_config_convertor.py, vLLM 0.32) names the method only for a config whose
+    `producer.name` is "modelopt" and whose `quantization` block names the quant_algo; any other is no
+    quantization at all."""
+    if str(q.get("quant_method") or ""):
+        return ""
+    producer = q.get("producer")
+    block = q.get("quantization")
+    modelopt = isinstance(producer, Mapping) and producer.get("name") == "modelopt"
+    if modelopt and isinstance(block, Mapping) and block.get("quant_algo"):
+        return ""
+    return (
+        f"vLLM reads no quantization from {where}: it names no quant_method, and vLLM takes ModelOpt's quant_algo "
+        'only with "producer": {"name": "modelopt"} and a "quantization" block; it would build 16-bit layers '
+        "that cannot load this checkpoint's quantized tensors (the export's own file carries both)"
+    )
 
 
 def detect(shape: Model, hf_quant_config: Mapping[str, Any] | None = None) -> FormatSpec:
@@ -220,6 +285,8 @@ def detect(shape: Model, hf_quant_config: Mapping[str, Any] | None = None) -> Fo
     quantization config of the wrong shape (a flag where a list belongs, a block of 0) is an error naming it."""
     try:
         spec = _detect(shape, hf_quant_config)
+        if spec.method is not None and shape.model_type in VLLM_SIXTEEN_BIT:
+            spec = replace(spec, not_converted=(*spec.not_converted, *VLLM_SIXTEEN_BIT[shape.model_type]))
     except (TypeError, ValueError, AttributeError, IndexError, KeyError, OverflowError) as e:
         if isinstance(e, FormatError):
             raise
@@ -235,7 +302,8 @@ def _detect(shape: Model, hf_quant_config: Mapping[str, Any] | None = None) -> F
     hfq = hfq if isinstance(hfq, Mapping) else {}
     if q is None and hf_quant_config is not None:
         excl = tuple(str(x) for x in hfq.get("exclude_modules") or ())
-        return _modelopt(hfq, hfq.get("quantized_layers"), excl, "hf_quant_config.json")
+        spec = _modelopt(hfq, hfq.get("quantized_layers"), excl, "hf_quant_config.json")
+        return replace(spec, unread=_unread(hf_quant_config, "hf_quant_config.json"))
     if q is None:
         dt = (shape.torch_dtype or "bfloat16").lower()
         name = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(dt, "bf16")
@@ -245,7 +313,8 @@ def _detect(shape: Model, hf_quant_config: Mapping[str, Any] | None = None) -> F
     if method == "fp8":
         wb = q.get("weight_block_size")
         block = (int(wb[0]), int(wb[1])) if isinstance(wb, list) and len(wb) == 2 else None
-        return FormatSpec("fp8", bits=8, block=block, not_converted=not_conv, source="config.json", method="fp8")
+        spec = FormatSpec("fp8", bits=8, block=block, not_converted=not_conv, source="config.json", method="fp8")
+        return _deepseek_v4(q, shape, spec) if shape.model_type in DEEPSEEK_V4_TYPES else spec
     if method == "awq":
         return FormatSpec(
             "awq",
@@ -272,6 +341,10 @@ def _detect(shape: Model, hf_quant_config: Mapping[str, Any] | None = None) -> F
                           source="config.json", method="mxfp4")  # fmt: skip
     if method == "compressed-tensors":
         return _compressed_tensors(q)
+    if not method and q.get("quant_algo"):  # ModelOpt's fields without the quant_method vLLM dispatches on
+        excluded = tuple(str(x) for x in (q.get("ignore") or q.get("exclude_modules") or ()))
+        spec = _modelopt(q, q.get("quantized_layers"), excluded, "config.json")
+        return replace(spec, unread=_unread(q, "config.json's quantization_config"))
     if method.startswith("modelopt"):
         # ModelOpt's export names what it left unquantized in `ignore` (older exports: `exclude_modules`).
         excluded = tuple(str(x) for x in (q.get("ignore") or q.get("exclude_modules") or ())) + not_conv
@@ -356,8 +429,10 @@ def _regex_match(pattern: str, t: Tensor, m: str) -> bool:
     return bool(rx.match(m) or (t.role == "expert" and rx.match(m.replace(".experts.", ".experts.0.", 1))))
 
 
-def _excluded(t: Tensor, patterns: tuple[str, ...]) -> bool:
+def _excluded(t: Tensor, patterns: tuple[str, ...], mode: str = "glob") -> bool:
     m = _module(t)
+    if mode == "modelopt" and _substring_excluded(m, patterns):
+        return True
     for p in patterns:
         if p.startswith("re:") and _regex_match(p[3:], t, m):
             return True
@@ -371,10 +446,18 @@ def _excluded(t: Tensor, patterns: tuple[str, ...]) -> bool:
     return False
 
 
-def _is_matrix(t: Tensor) -> bool:
-    """A linear or expert weight matrix (experts may be one 3-D stack)."""
+def _substring_excluded(m: str, patterns: tuple[str, ...]) -> bool:
+    """ModelOpt's is_layer_excluded: an entry that is part of the module's name (with or without the multimodal
+    wrapper's `language_model.`), then each entry as an fnmatch wildcard."""
+    names = (m, m.removeprefix("language_model."), m.removeprefix("model."))
+    return any(p and "*" not in p and any(p in n for n in names) for p in patterns)
+
+
+def _is_matrix(t: Tensor, spec: FormatSpec | None = None) -> bool:
+    """A linear or expert weight matrix (experts may be one 3-D stack); the lm_head where the format quantizes it."""
     matrix = len(t.shape) == 2 or (t.role == "expert" and len(t.shape) == 3)
-    return t.role in ("linear", "expert") and matrix
+    roles = ("linear", "expert", "lm_head") if spec is not None and spec.lm_head else ("linear", "expert")
+    return t.role in roles and matrix
 
 
 # vLLM's fused modules and the checkpoint shards they are loaded from (packed_modules_mapping).
@@ -393,8 +476,10 @@ class _Layers:
         self.linear = next((v for k, v in spec.layers if k == "Linear"), None)
         self.containers: dict[str, FormatSpec] = {}
         for k, v in spec.layers:
-            if ".experts." in k:
+            if ".experts." in k:  # one expert's module (experts.7.w1): vLLM's prefix lookup finds it for the stack
                 self.containers.setdefault(k[: k.index(".experts.") + len(".experts")], v)
+            elif k.endswith(".experts"):  # the layer's experts named as one container (layers.3.ffn.experts)
+                self.containers.setdefault(k, v)
 
     def _named(self, m: str) -> FormatSpec | None:
         for c in (
@@ -429,9 +514,11 @@ class _Layers:
 
 def _tensor_spec(t: Tensor, spec: FormatSpec, index: _Layers | None) -> FormatSpec | None:
     """The format that quantizes this tensor, or None when it stays in its own dtype."""
+    if spec.experts and t.role == "expert":
+        return _expert_rule(t, spec) if _is_matrix(t) and not _excluded(t, spec.not_converted) else None
     if index is None:
         return spec if _quantizable(t, spec) else None
-    if not _is_matrix(t) or _excluded(t, spec.not_converted):
+    if not _is_matrix(t, spec) or _excluded(t, spec.not_converted, spec.exclude_match):
         return None
     sub, named = index.find(t)
     if sub is None or (sub.experts_only and t.role != "expert"):
@@ -439,15 +526,22 @@ def _tensor_spec(t: Tensor, spec: FormatSpec, index: _Layers | None) -> FormatSp
     return sub if named or t.part != "vision" else None  # a layer named explicitly is quantized wherever it is
 
 
+def _expert_rule(t: Tensor, spec: FormatSpec) -> FormatSpec:
+    """A routed expert's format by its container's name (`layers.3.ffn.experts`), the first rule that matches."""
+    m = _module(t)
+    box = m[: m.index(".experts") + len(".experts")] if ".experts" in m else m
+    return next((sub for p, sub in spec.experts if p == "*" or fnmatchcase(box, p)), spec)
+
+
 def _quantizable(t: Tensor, spec: FormatSpec) -> bool:
     """Does this format quantize this tensor? Only 2-D linear weights, and not what the checkpoint excludes."""
-    if not _is_matrix(t):
+    if not _is_matrix(t, spec):
         return False
     if spec.experts_only and t.role != "expert":
         return False
     if t.part == "vision":
         return False  # vision towers ship unquantized in the common quantized checkpoints
-    return not _excluded(t, spec.not_converted)
+    return not _excluded(t, spec.not_converted, spec.exclude_match)
 
 
 def _cdiv(a: int, b: int) -> int:

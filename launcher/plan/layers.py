@@ -3,6 +3,7 @@ format the weights are priced in, the speculator's drafter, and the KV bytes one
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,7 +12,7 @@ from launcher.common.records import dataclass
 from launcher.model import formats
 from launcher.model.arch.model import Model
 from launcher.model.kv import KVPerToken, kv_per_token
-from launcher.model.modelsource import read_model
+from launcher.model.modelsource import ModelSource, read_model
 from launcher.model.params import Tensor
 from launcher.plan import budget
 from launcher.plan.cache import PlanCache
@@ -20,7 +21,9 @@ from launcher.plan.resolve import Request, load
 # Speculative methods that load no weights and add no layers (their num_speculative_tokens still widens
 # Mamba states), and those that load a drafter model (its weights, and its attention layers join the pool).
 NO_DRAFTER = frozenset({"ngram", "ngram_gpu", "suffix"})
-DRAFTER_METHODS = frozenset({"draft_model", "eagle", "eagle3"})
+# DFlash and DSpark drafters are models of their own too (vLLM 0.32 registry: DFlashDraftModel, DSparkDraftModel, …);
+# so is an "assistant" drafter named with method "mtp" (Gemma 4's): MTP weights in another repository.
+DRAFTER_METHODS = frozenset({"draft_model", "eagle", "eagle3", "dflash", "dspark"})
 
 
 @dataclass(frozen=True)
@@ -65,18 +68,19 @@ def _drafter(
     speculative: dict[str, Any], resolved: str | None, method: str | None, target_tp: int
 ) -> tuple[Model | None, int]:
     """The drafter vLLM loads for `--speculative-config` with a model: its layers, and its weights per rank."""
-    if resolved in (None, "mtp") or resolved in NO_DRAFTER:
+    separate_mtp = resolved == "mtp" and bool(speculative.get("model"))
+    if (resolved in (None, "mtp") and not separate_mtp) or resolved in NO_DRAFTER:
         return None, 0
-    if resolved not in DRAFTER_METHODS:
+    if resolved not in DRAFTER_METHODS and not separate_mtp:
         raise ConfigError(
-            f"speculative method {method!r}: its drafter is not planned (MTP, EAGLE, EAGLE-3, draft models and "
-            "n-gram are); plan without it for the target model alone",
+            f"speculative method {method!r}: its drafter is not planned (MTP, EAGLE, EAGLE-3, DFlash, DSpark, draft "
+            "models and n-gram are); plan without it for the target model alone",
             field="speculative_config.method",
         )
     name = speculative.get("model")
     if not name:
         raise ConfigError(f"speculative method {method!r} needs a drafter model", field="speculative_config.model")
-    dsrc = load(str(name))
+    dsrc = _drafter_source(str(name), method)
     dshape, dckpt = read_model(dsrc)
     dspec = formats.detect(dshape, dsrc.hf_quant_config)
     dts = dshape.tensors()
@@ -87,3 +91,16 @@ def _drafter(
     # draft_tensor_parallel_size defaults to the target's (SpeculativeConfig._verify_and_get_draft_tp)
     tp = int(speculative.get("draft_tensor_parallel_size") or speculative.get("tensor_parallel_size") or target_tp)
     return dshape, -(-total // tp)
+
+
+def _drafter_source(name: str, method: str | None) -> ModelSource:
+    """The drafter's config, or a one-line way to give it when it cannot be read."""
+    try:
+        return load(name)
+    except ConfigError as e:
+        given = json.dumps({"method": method or "draft_model", "model": "/path/to/drafter"})
+        raise ConfigError(
+            f"the drafter's config.json cannot be read ({e}): give a directory holding it "
+            f"(--speculative-config '{given}') or put it in the Hugging Face cache (`hf download {name} config.json`)",
+            field="speculative_config.model",
+        ) from None

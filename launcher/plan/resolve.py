@@ -92,7 +92,7 @@ def resolve_request(profile: Profile, options: PlanOptions, cache: PlanCache) ->
     )
     ask = engine_ask(profile, options, shape, machine, version, src, method, cache)
     args = budget.engine_args(shape, ask)
-    if args.speculative_method == "mtp" and not shape.mtp_layers:
+    if args.speculative_method == "mtp" and not shape.mtp_layers and not profile.speculative.get("model"):
         raise ConfigError(
             f"speculative method {method!r} needs MTP layers, and this model's config declares none "
             "(num_nextn_predict_layers / mtp_num_hidden_layers)",

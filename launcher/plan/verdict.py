@@ -18,7 +18,7 @@ from launcher.plan.machines import Machine, MemoryReading
 from launcher.plan.profiles import Profile
 from launcher.plan.ranks import Slot
 from launcher.plan.resolve import Request
-from launcher.vllm import quant
+from launcher.vllm import quant, served
 from launcher.vllm import versions as V
 from launcher.vllm.kvdtypes import kv_dtype_notes, kv_refusal
 
@@ -122,12 +122,26 @@ def plan_notes(b: Buckets) -> list[str]:
     return notes
 
 
+def served_refusal(r: Request) -> str | None:
+    """vLLM's refusal of the model itself: an architecture its registry lacks, a config type it cannot read."""
+    cfg = r.source.config
+    archs = cfg.get("architectures")
+    return served.refusal(
+        [str(a) for a in archs] if isinstance(archs, list) else [],
+        str(cfg.get("model_type") or r.shape.model_type),
+        version=r.version,
+        trust_remote_code="--trust-remote-code" in r.profile.vllm.extra_args,
+        auto_map=isinstance(cfg.get("auto_map"), dict),
+    )
+
+
 def refusal(r: Request) -> str | None:
     """vLLM's refusal of the settings (one line), or None: GPUs, tensor parallel, max_model_len, the format, the
     KV cache dtype."""
     profile, machine, shape, args = r.profile, r.machine, r.shape, r.args
     return (
-        gpu_count_error(profile, machine, r.reading)
+        served_refusal(r)
+        or gpu_count_error(profile, machine, r.reading)
         or tp_error(shape, args.tensor_parallel_size)
         or dcp_error(args.tensor_parallel_size, args.decode_context_parallel_size)
         or max_len_error(shape, profile, dict(profile.vllm.env))

@@ -243,6 +243,8 @@ def _stored_refusal(stored: FormatSpec, version: V.Version) -> str | None:
     v = V.fmt_version(version)
     if m is None:
         return None
+    if stored.unread:
+        return stored.unread
     if m == "modelopt_mixed" and stored.source == "hf_quant_config.json" and version < HF_QUANT_FILE_MIXED:
         return (
             f"Unknown ModelOpt quant algo: MIXED_PRECISION (vLLM {v} reads a MIXED_PRECISION hf_quant_config.json "

@@ -54,6 +54,7 @@ class Model:
     ssm_state_dtype: str | None = None  # the config's SSM state dtype (mamba_ssm_dtype / mamba_ssm_cache_dtype)
     mamba_chunk_size: int | None = None  # the SSM scan's chunk (config `mamba_chunk_size` / `chunk_size`)
     header_weights: bool = False  # generic: `extra` is the checkpoint's own tensor list; layers carry no weights
+    expert_dtype: str | None = None  # DeepSeek-V4's `expert_dtype` (fp4 / fp8): how its routed experts are stored
 
     # ---- tensors --------------------------------------------------------------------------------------------
     def tensors(self, *, towers: bool = True, mtp: bool = False) -> list[Tensor]:

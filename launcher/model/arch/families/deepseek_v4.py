@@ -258,7 +258,8 @@ def read(c: Cfg, meta: Meta) -> Model:
     rope = _rotary_dim(c, head_dim)
     return decoder(c, meta, parts=lambda i: (attn[kinds[i]], hash_moe if mlp_kinds[i] == "hash_moe" else moe),
                    rotary_dim=rope, layer_norms=block_norms, prefix="layers", embed="embed", final_norm="norm",
-                   head="head", layer_extra=hc_pair(), mtp_layers=mtp, extra=tuple(head_hc))  # fmt: skip
+                   head="head", layer_extra=hc_pair(), mtp_layers=mtp, extra=tuple(head_hc),
+                   expert_dtype=c.str("expert_dtype", None))  # fmt: skip
 
 
 def _moe(c: Cfg, vocab: int, hidden: int) -> tuple[MoE, MoE]:

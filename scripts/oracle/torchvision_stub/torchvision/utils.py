@@ -1,0 +1,1 @@
+from torchvision._stub import module_getattr as __getattr__
