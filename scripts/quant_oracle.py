@@ -153,16 +153,21 @@ def _recorder(config: Any, layers: dict[str, list[str]], asking: set[int]) -> An
     return get_quant_method
 
 
+def _say(e: BaseException, model_dir: Path) -> str:
+    """vLLM's words, on one line, with the model's own path as <model> (so two runs' records compare equal)."""
+    return " ".join(str(e).replace(str(model_dir), "<model>").split())[:400]
+
+
 def _one(model_dir: Path) -> dict[str, Any]:
     try:
         mc = ModelConfig(model=str(model_dir), skip_tokenizer_init=True, max_model_len=2048, trust_remote_code=False)
     except Exception as e:
-        return {"served": False, "reason": " ".join(str(e).split())[:400], "stage": "model_config"}
+        return {"served": False, "reason": _say(e, model_dir), "stage": "model_config"}
     out: dict[str, Any] = {"served": True, "quantization": mc.quantization, "architecture": mc.architecture}
     try:
         vc = VllmConfig(model_config=mc, load_config=LoadConfig(load_format="dummy"), device_config=DeviceConfig("cpu"))
     except Exception as e:
-        return {**out, "served": False, "reason": " ".join(str(e).split())[:400], "stage": "vllm_config"}
+        return {**out, "served": False, "reason": _say(e, model_dir), "stage": "vllm_config"}
     layers: dict[str, list[str]] = {}
     asking: set[int] = set()  # the modules that asked (a part of one is built with its answer, not asking again)
     if vc.quant_config is not None:
@@ -171,7 +176,7 @@ def _one(model_dir: Path) -> dict[str, Any]:
         with set_current_vllm_config(vc), torch.device("meta"):
             model = initialize_model(vllm_config=vc)
     except Exception as e:
-        return {**out, "layers": layers, "build_error": " ".join(str(e).split())[:400]}
+        return {**out, "layers": layers, "build_error": _say(e, model_dir)}
     out["model_class"] = type(model).__name__
     out["packed_modules_mapping"] = {k: list(v) for k, v in getattr(model, "packed_modules_mapping", {}).items()}
     # Layers built without the quantization config (routers, gates vLLM keeps in 16 bits) never asked it: their
@@ -197,8 +202,7 @@ def main(argv: list[str]) -> int:
         initialize_model_parallel(1, 1)
     results: dict[str, Any] = json.loads(out_path.read_text()) if out_path.exists() else {}
     for d in dirs:
-        # The model's own path stands as <model> in vLLM's words, so records of two runs compare equal.
-        results[d.name] = json.loads(json.dumps(_one(d)).replace(str(d), "<model>"))
+        results[d.name] = _one(d)
         r = results[d.name]
         print(d.name, r.get("served"), r.get("quantization"), len(r.get("layers") or {}), r.get("reason", "")[:120],
               r.get("build_error", "")[:160], flush=True)  # fmt: skip
