@@ -31,6 +31,16 @@ def oracle_rows() -> list[dict[str, str]]:
     return rows
 
 
+def vllm_rows() -> list[dict[str, str]]:
+    """Rows of the vLLM oracle (configs-v2/vllm/*.tsv, written by scripts/vllm_param_oracle.py): vLLM 0.32's own
+    parameter count of a config transformers has no class for, built on the meta device (text, vision, MTP)."""
+    rows: list[dict[str, str]] = []
+    for path in sorted((V2 / "vllm").glob("*.tsv")):
+        lines = [ln for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+        rows += list(csv.DictReader(lines, delimiter="\t"))
+    return rows
+
+
 def config_path(model: str) -> Path:
     base = model.split("#")[0]
     for d in (V2 / "configs", V2 / "extra"):

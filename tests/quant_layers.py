@@ -62,8 +62,14 @@ def vlaunch_label(spec: formats.FormatSpec | None) -> str | None:
 
 # Modules vLLM loads under another name than vlaunch's tensors carry (each model's load_weights / hf_to_vllm_mapper):
 # Mixtral's and MiniMax's sparse MoE block, DeepSeek-V4's w2 (down_proj) and its compressor's fused wkv + wgate.
-_RENAMES = ((".block_sparse_moe.", ".mlp."), (".shared_experts.w2", ".shared_experts.down_proj"),
-            (".self_attn.", ".attn."))  # fmt: skip
+_RENAMES = (
+    (".block_sparse_moe.", ".mlp."), (".shared_experts.w2", ".shared_experts.down_proj"), (".self_attn.", ".attn."),
+    # MiniMax-M3's vision tower: vLLM holds the projector and patch merger under vision_tower., its MLP's fc1 / fc2
+    # in the encoder layer itself
+    ("vision_tower.multi_modal_projector.", "multi_modal_projector."),
+    ("vision_tower.patch_merge_mlp.", "patch_merge_mlp."),
+    (".mlp.fc1", ".fc1"), (".mlp.fc2", ".fc2"),
+)  # fmt: skip
 _FUSED = {
     "qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"],  # vLLM's common packing
     "fused_wkv_wgate": ["wkv", "wgate"], "wk_weights_proj": ["wk", "weights_proj"],

@@ -8,6 +8,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from launcher.cli import main
+from launcher.model.arch import read_config
 from tests.conftest import CONFIGS, FIXTURES
 
 
@@ -109,3 +110,21 @@ def test_a_tower_goes_only_when_all_its_modalities_are_off() -> None:
     assert sorted(both) == ["Gemma4Audio", "Gemma4Vision"]
     assert kept("gemma4--shared-kv-towers", {"audio": 0}) == ["Gemma4Vision"]
     assert kept("gemma4--shared-kv-towers", {"image": 0, "video": 0}) == ["Gemma4Audio"]
+
+
+def test_nemotron_nas_linear_replacement_is_counted_as_stored_and_said() -> None:
+    """A DeciLM block whose attention (or MLP) is replaced by one hidden × hidden linear holds that linear, no KV cache,
+    and the count says vLLM 0.32 builds no such layer."""
+    from tests.arch_oracle import load_config
+
+    cfg = load_config("nemotron-nas--small-mixed-blocks")
+    cfg["block_configs"][1] = {"attention": {"no_op": False, "replace_with_linear": True, "n_heads_in_group": None},
+                               "ffn": {"no_op": False, "replace_with_linear": True}}  # fmt: skip
+    m = read_config(cfg, "replaced")
+    layer = m.layers[1]
+    assert layer.code == "E" and not layer.mlps
+    assert {t.name: t.shape for t in layer.tensors(1)} == {
+        "model.layers.1.self_attn.linear_attn.weight": (128, 128),
+        "model.layers.1.mlp.linear_mlp.weight": (128, 128),
+    }
+    assert "replace_with_linear" in m.support_note

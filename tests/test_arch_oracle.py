@@ -8,10 +8,19 @@ import re
 import pytest
 
 from launcher.model.arch import read_config
-from tests.arch_oracle import COLUMNS, decode_pattern, layer_rows, load_config, oracle_buckets, oracle_rows
+from tests.arch_oracle import (
+    COLUMNS,
+    decode_pattern,
+    layer_rows,
+    load_config,
+    oracle_buckets,
+    oracle_rows,
+    vllm_rows,
+)
 
 ROWS = oracle_rows()
 LAYERS = layer_rows()
+VLLM_ROWS = vllm_rows()
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r["model"] for r in ROWS])
@@ -30,6 +39,23 @@ def test_parameters_equal_transformers(row: dict[str, str]) -> None:
     else:
         assert sum(got.values()) == int(row["total_params"])
     assert got == want
+
+
+@pytest.mark.parametrize("row", VLLM_ROWS, ids=[r["model"] for r in VLLM_ROWS])
+def test_parameters_equal_vllm(row: dict[str, str]) -> None:
+    """Families transformers has no class for (MiMo, Nemotron-NAS, Kimi K3): vLLM's own model, built on the meta
+    device, holds as many elements as the tensors read here, for the language model, the towers and the MTP layers.
+    vLLM keeps routers' score corrections as parameters; here they are buffers the checkpoint holds, so the text
+    total counts what the checkpoint holds."""
+    m = read_config(load_config(row["model"]), row["model"])
+    assert m.support == "exact"
+    text = sum(t.numel for t in m.tensors(towers=False) if t.in_checkpoint)
+    vision = sum(t.numel for tower in m.towers for t in tower.tensors())
+    assert (text, vision) == (int(row["text"]), int(row["vision"]))
+    assert text + vision == int(row["total"])
+    if row["mtp"]:
+        mtp = sum(t.numel for j, layer in enumerate(m.mtp_layers) for t in layer.tensors(m.num_layers + j))
+        assert mtp == int(row["mtp"])
 
 
 # Mistral3Config() sets tie_word_embeddings true at the top and false in text_config (configs-v2 README).

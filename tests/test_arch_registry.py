@@ -18,12 +18,22 @@ from safetensors.numpy import save_file
 from launcher.cli import main
 from launcher.common.errors import ConfigError
 from launcher.model.arch import read_config, registry
-from tests.arch_oracle import oracle_rows
+from tests.arch_oracle import oracle_rows, vllm_rows
 from tests.conftest import FIXTURES
 
 MODULES = registry.all_family_modules()
 ORACLE_MODELS = {r["model"].split("#")[0] for r in oracle_rows()}
+VLLM_MODELS = {r["model"] for r in vllm_rows()}  # vLLM's count, for families transformers has no class for
 CHECKPOINTS = {p.stem for p in (FIXTURES / "checkpoints").glob("*.json")}
+
+# Families without a tiny checkpoint, and why: scripts/tiny_checkpoint.py builds one with transformers.
+NO_CHECKPOINT = {
+    "kimi_k3": "transformers 5.19 has no Kimi K3 class",
+    "mimo": "transformers 5.19 has no MiMo class",
+    "nemotron_nas": "transformers 5.19 has no DeciLM class",
+    "step3p7": "its checkpoint stacks each layer's experts in one tensor per projection under `moe.` (no 'experts' "
+    "in the name), a layout test_arch_checkpoints' quantized layouts do not model",
+}
 
 
 @pytest.mark.parametrize("module", MODULES)
@@ -38,7 +48,10 @@ def test_family_module_contract(module: str) -> None:
 @pytest.mark.parametrize("module", MODULES)
 def test_every_family_has_an_oracle_row_and_a_checkpoint(module: str) -> None:
     types = registry.load_family(module).MODEL_TYPES
-    assert any(name.split("--")[0] in types for name in ORACLE_MODELS), f"no oracle row for {module}"
+    assert any(name.split("--")[0] in types for name in ORACLE_MODELS | VLLM_MODELS), f"no oracle row for {module}"
+    if module in NO_CHECKPOINT:
+        assert not any(mt in CHECKPOINTS for mt in types), f"{module} has a checkpoint: drop it from NO_CHECKPOINT"
+        return
     assert any(mt in CHECKPOINTS for mt in types), f"no tiny checkpoint fixture for {module}"
 
 

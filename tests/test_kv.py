@@ -281,3 +281,72 @@ def test_mixers_without_a_cache_cost_nothing() -> None:
     mla = MLAttention(hidden=1024, heads=8, q_lora_rank=None, kv_lora_rank=512, qk_nope_head_dim=128,
                       qk_rope_head_dim=64, v_head_dim=128)  # fmt: skip
     assert mixer_bytes_per_token(mla, "fp8", "bfloat16", tp=8) == 576
+
+
+# ---- 2026 families: per-layer KV heads, layers without attention, a side cache beside K and V ------------------------
+
+
+def _extra(name: str) -> Any:
+    from tests.arch_oracle import load_config
+
+    return shape_from_config(load_config(name), name)
+
+
+def test_nemotron_nas_counts_only_attention_layers_each_with_its_kv_heads() -> None:
+    """block_configs: layers 1 and 4 have no attention (no_op); 0, 2 and 3 keep 8 // n_heads_in_group KV heads of
+    head_dim 16 (128 / 8 heads)."""
+    m = _extra("nemotron-nas--small-mixed-blocks")
+    assert [layer.code for layer in m.layers] == ["F", "E", "F", "F", "E"]
+    kv = kv_per_token(m, "auto")
+    assert kv.per_token == (2 + 4 + 1) * 16 * 2 * 2  # K and V, bf16
+    assert kv.layers_full == 3
+    assert kv_per_token(m, "auto", tp=2).per_token == (1 + 2 + 1) * 16 * 2 * 2  # 1 KV head stays 1 per rank
+
+
+def test_nemotron_super_49b_kv() -> None:
+    m = _extra("nemotron-nas--llama-3_3-nemotron-super-49b-v1")
+    assert sum(1 for layer in m.layers if layer.mixers) == 49
+    assert kv_per_token(m, "auto").per_token == 49 * 8 * 128 * 2 * 2
+
+
+def test_minimax_m3_sparse_layers_keep_bf16_index_keys_beside_kv() -> None:
+    """Layers 2 and 3 are block-sparse: beside K and V (2 KV heads of 32) each caches its indexer's key (24 values in
+    bf16, whatever kv_cache_dtype, the same on every rank)."""
+    from launcher.vllm.specs import SpecSettings, attention_spec
+
+    m = _extra("minimax_m3_vl_text--small-sparse-mixed")
+    sparse = [mx for layer in m.layers for mx in layer.mixers if isinstance(mx, Attention)]
+    assert [mx.side_cache_bytes_per_token() for mx in sparse] == [0, 0, 48, 48]
+    assert kv_per_token(m, "auto").per_token == 4 * 2 * 32 * 2 * 2 + 2 * 48
+    assert kv_per_token(m, "fp8").per_token == 4 * 2 * 32 * 2 + 2 * 48
+    assert kv_per_token(m, "auto", tp=2).per_token == 4 * 32 * 2 * 2 + 2 * 48
+    s = SpecSettings(16, "auto", "bfloat16", 1, (0, 32, 0))
+    assert attention_spec(sparse[2], s).page_bytes == 16 * (2 * 32 * 2 * 2 + 48)
+    assert attention_spec(sparse[0], s).page_bytes == 16 * 2 * 32 * 2 * 2
+
+
+def test_minimax_m3_kv() -> None:
+    m = _extra("minimax_m3--minimax-m3")
+    # 60 layers of 4 KV heads × 128 (K and V, bf16), 57 sparse ones with a 128-wide bf16 index key
+    assert kv_per_token(m, "auto").per_token == 60 * 4 * 128 * 2 * 2 + 57 * 128 * 2
+
+
+def test_step3p7_flash_sliding_and_full_layers() -> None:
+    m = _extra("step3p7--step-3.7-flash")
+    kv = kv_per_token(m, "auto")
+    assert (kv.layers_full, kv.layers_sliding, kv.sliding_window) == (12, 33, 512)
+    assert kv.per_token == 45 * 8 * 128 * 2 * 2
+
+
+def test_mtp_layers_keep_no_kv_in_the_count() -> None:
+    """MiMo's MTP layers are counted with the draft model, not in the main model's KV bytes per token."""
+    m = _extra("mimo--small-mtp2")
+    assert len(m.mtp_layers) == 2
+    assert kv_per_token(m, "auto").per_token == 3 * 2 * 16 * 2 * 2
+
+
+def test_kimi_k3_kda_and_latent_kv() -> None:
+    m = _extra("kimi_k3--kimi-k3")
+    kv = kv_per_token(m, "auto")
+    assert kv.per_token == 24 * (512 + 64) * 2  # 24 MLA layers; the 69 KDA layers keep a fixed state
+    assert kv.layers_without_kv == {"linear_attention": 69}

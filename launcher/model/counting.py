@@ -130,6 +130,8 @@ def render_count(r: CountResult) -> str:
     lines.append(f"layers     {_kinds_line(s)}")
     if s.support != "exact":
         lines.append(f"  read generically: {s.support_note}")
+    elif s.support_note:
+        lines.append(f"  note: {s.support_note}")
     lines.append(f"parameters {_n(p.total):>20}")
     width = len(_n(p.total))
     for part, n in p.parts.items():

@@ -148,6 +148,8 @@ def _ct_group(group: Mapping[str, Any], fmt: str, ignore: tuple[str, ...]) -> Fo
     bits = _int_field(weights, "num_bits", 8)
     wtype = str(weights.get("type") or "int")
     common: dict[str, Any] = {"not_converted": ignore, "source": "config.json", "method": "compressed-tensors"}
+    if "mxfp4" in fmt:  # e2m1 pairs with a uint8 (E8M0) scale per 32 along the input (mxfp4-pack-quantized)
+        return FormatSpec("mxfp4", bits=4, group_size=32, **common)
     if "nvfp4" in fmt or (wtype == "float" and bits == 4):
         return FormatSpec("nvfp4", bits=4, group_size=16, **common)
     if wtype == "float" and bits == 8:

@@ -236,7 +236,8 @@ def mixer_bytes_per_token(mixer: Mixer, kv_cache_dtype: str, model_dtype: str | 
         return 0
     # GQA: only KV heads are stored, split across the tensor-parallel ranks
     heads = kv_heads_per_rank(mixer.kv_heads, tp)
-    return heads * attention_head_bytes(kv_cache_dtype, model_dtype, mixer.head_dim, mixer.v_dim)
+    side = mixer.side_cache_bytes_per_token()  # a side cache beside K and V (MiniMax-M3's indexer keys)
+    return heads * attention_head_bytes(kv_cache_dtype, model_dtype, mixer.head_dim, mixer.v_dim) + side
 
 
 def kv_per_token(shape: Model, kv_cache_dtype: str = "auto", tp: int = 1) -> KVPerToken:

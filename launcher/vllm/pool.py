@@ -288,7 +288,8 @@ def _as_full(s: CacheSpec) -> CacheSpec:
     """--disable-hybrid-kv-cache-manager: sliding and chunked layers are allocated as full attention."""
     if isinstance(s, SlidingWindowSpec | ChunkedLocalSpec):
         return FullAttentionSpec(s.block_size, s.kv_heads, s.head_size, s.head_size_v, s.element_bytes,
-                                 s.scale_bytes, s.page_padded, head_bytes=s.head_bytes)  # fmt: skip
+                                 s.scale_bytes, s.page_padded, head_bytes=s.head_bytes,
+                                 side_bytes=s.side_bytes)  # fmt: skip
     return s
 
 

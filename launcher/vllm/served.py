@@ -13,20 +13,20 @@ from collections.abc import Sequence
 
 from launcher.vllm import versions as V
 
-RELEASES = ((0, 32, 0),)  # releases whose tables are held, oldest first
+RELEASES: tuple[V.Version, ...] = ((0, 32, 0),)  # releases whose tables are held, oldest first
 
 
 @functools.cache
-def _table(release: tuple[int, ...]) -> tuple[frozenset[str], frozenset[str]]:
+def _table(release: V.Version) -> tuple[frozenset[str], frozenset[str]]:
     path = os.path.join(os.path.dirname(__file__), "interface", f"served-v{'_'.join(map(str, release))}.json")
     with open(path, encoding="utf-8") as fh:
         data = json.load(fh)
     return frozenset(data["architectures"]), frozenset(data["config_model_types"])
 
 
-def _release(version: V.Version) -> tuple[int, ...] | None:
+def _release(version: V.Version) -> V.Version | None:
     """The newest held table at or before `version` (vLLM adds models, rarely removes them)."""
-    held = [r for r in RELEASES if tuple(version[:3]) >= r]
+    held = [r for r in RELEASES if version >= r]
     return held[-1] if held else None
 
 
@@ -38,7 +38,8 @@ def refusal(
     if release is None:
         return None
     archs, model_types = _table(release)
-    v = V.fmt_version(version)
+    v = V.fmt_version(release)
+    v += "" if version == release else f", the newest table held for {V.fmt_version(version)}"
     if model_type not in model_types and not (trust_remote_code and auto_map):
         how = (
             "pass --trust-remote-code"
@@ -47,11 +48,11 @@ def refusal(
         )
         return (
             f"The checkpoint you are trying to load has model type `{model_type}` but Transformers does not "
-            f"recognize this architecture (vLLM {v} has no config class for it either): {how}"
+            f"recognize this architecture (nor has vLLM {v} a config class for it): {how}"
         )
     if architectures and not any(a in archs for a in architectures):
         return (
-            f"Model architectures {list(architectures)!r} are not supported for now (vLLM {v}'s model registry); "
+            f"Model architectures {list(architectures)!r} are not supported for now (the model registry of vLLM {v}); "
             "`vlaunch count` still gives its weights"
         )
     return None

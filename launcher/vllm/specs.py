@@ -94,6 +94,7 @@ class FullAttentionSpec(CacheSpec):
     page_padded: int | None = None  # vLLM pads a smaller page up to the common one
     kind: str = "full_attention"
     head_bytes: int | None = None  # one token of one KV head as the dtype packs it (kv.attention_head_bytes)
+    side_bytes: int = 0  # per token beside K and V, the same on every rank (MiniMax-M3's indexer keys, bf16)
 
     @property
     def token_head_bytes(self) -> int:
@@ -106,8 +107,8 @@ class FullAttentionSpec(CacheSpec):
     def page_bytes(self) -> int:
         if self.page_padded is not None:
             return self.page_padded
-        # tokens × KV heads on this rank × one token of one head
-        return self.block_size * self.kv_heads * self.token_head_bytes
+        # tokens × (KV heads on this rank × one token of one head, plus a side cache's bytes per token)
+        return self.block_size * (self.kv_heads * self.token_head_bytes + self.side_bytes)
 
     def max_memory_bytes(self, ctx: Context) -> int:
         # every token of max_model_len (this rank's share of it under decode context parallel), in whole blocks
@@ -224,7 +225,8 @@ def attention_spec(m: Attention, s: SpecSettings, kv_cache_dtype: str | None = N
     heads = kv_heads_per_rank(m.kv_heads, s.tp)
     packed = attention_head_bytes(dtype, s.model_dtype, m.head_dim, m.v_dim)
     common = dict(block_size=s.block_size, kv_heads=heads, head_size=m.head_dim, head_size_v=m.v_dim,
-                  element_bytes=elem, scale_bytes=scale, head_bytes=packed)  # fmt: skip
+                  element_bytes=elem, scale_bytes=scale, head_bytes=packed,
+                  side_bytes=m.side_cache_bytes_per_token())  # fmt: skip
     if isinstance(m, SlidingWindowAttention):
         return SlidingWindowSpec(**common, window=m.window)  # type: ignore[arg-type]
     if isinstance(m, ChunkedLocalAttention):

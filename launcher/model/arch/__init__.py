@@ -48,6 +48,13 @@ def read_config(cfg: Mapping[str, Any], source: str | None = None, *, headers: S
     model_type, module = resolve(cfg, source)
     architecture = _architecture(cfg, str(cfg.get("model_type")))
     quant = cfg.get("quantization_config")
+    text = cfg.get("text_config")
+    if quant is None and isinstance(text, Mapping) and text.get("quantization_config") is not None:
+        # vLLM reads a multimodal wrapper's text_config.quantization_config when the top level has none
+        # (ModelArchConfigConvertor.get_quantization_config, vLLM 0.32): Kimi-K2.5 and K3 keep it there.
+        quant = text["quantization_config"]
+        if not isinstance(quant, Mapping):
+            raise ConfigError("must be an object", source=source, field="text_config.quantization_config")
     if quant is not None and not isinstance(quant, Mapping):
         raise ConfigError("must be an object", source=source, field="quantization_config")
     if module is None:

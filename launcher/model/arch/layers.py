@@ -145,6 +145,11 @@ class Attention(Mixer):
             ts += param(f"{p}.sinks", part, (n,), layer, role="sink", gguf="attn_sinks", detail="sinks")
         return ts + place(self.extra, p, layer)
 
+    def side_cache_bytes_per_token(self) -> int:
+        """Bytes per token the layer caches beside its K and V, whatever the KV cache dtype and the same on every
+        rank (MiniMax-M3's sparse layers: their indexer's keys); 0 for plain attention."""
+        return 0
+
     def kv_elements_per_token(self, tp: int = 1) -> int:
         if self.shares_kv_with is not None:
             return 0

@@ -18,6 +18,7 @@ FAMILY_PACKAGE = "launcher.model.arch.families"
 # model_type -> the family module that reads it, when the names differ.
 ALIASES: dict[str, str] = {
     "cohere2": "cohere",
+    "deepseek_ref": "deepseek_v4",
     "deepseek_v2": "deepseek_v3",
     "deepseek_v32": "deepseek_v3",
     "ernie4_5_moe": "ernie4_5",
@@ -37,7 +38,10 @@ ALIASES: dict[str, str] = {
     "kimi_k2": "deepseek_v3",
     "lfm2_moe": "lfm2",
     "llama4_text": "llama4",
+    "minimax_m3_vl": "minimax_m3",
+    "minimax_m3_vl_text": "minimax_m3",
     "mixtral": "mistral",
+    "nemotron-nas": "nemotron_nas",
     "olmo2": "olmo",
     "olmo3": "olmo",
     "qwen2_moe": "qwen2",
@@ -63,8 +67,9 @@ ARCHITECTURES: dict[str, str] = {
 }
 
 # vLLM 0.32's text-generation architectures (model_executor/models/registry.py: _TEXT_GENERATION_MODELS and the
-# *ForCausalLM entries of _TRANSFORMERS_SUPPORTED_MODELS) and the transformers model_type each builds, or None
-# where transformers 5.19 has no causal-LM class for it (vlaunch then reads it generically).
+# *ForCausalLM entries of _TRANSFORMERS_SUPPORTED_MODELS) and the transformers model_type each builds (or, where
+# transformers 5.19 has no class for it, the model_type of the family that reads it: DeciLM, MiMo), or None where
+# no family reads it (vlaunch then reads it generically).
 VLLM_ARCHITECTURES: dict[str, str | None] = {
     "AfmoeForCausalLM": "afmoe",
     "ApertusForCausalLM": "apertus",
@@ -80,7 +85,7 @@ VLLM_ARCHITECTURES: dict[str, str | None] = {
     "Cohere2ForCausalLM": "cohere2",
     "Cohere2MoeForCausalLM": "cohere2_moe",
     "DbrxForCausalLM": "dbrx",
-    "DeciLMForCausalLM": None,
+    "DeciLMForCausalLM": "nemotron-nas",
     "DeepseekForCausalLM": None,
     "DeepseekV2ForCausalLM": "deepseek_v2",
     "DeepseekV3ForCausalLM": "deepseek_v3",
@@ -142,14 +147,14 @@ VLLM_ARCHITECTURES: dict[str, str | None] = {
     "MiniCPMForCausalLM": None,
     "MiniCPM3ForCausalLM": "minicpm3",
     "MiniMaxM2ForCausalLM": "minimax_m2",
-    "MiniMaxM3SparseForCausalLM": None,
+    "MiniMaxM3SparseForCausalLM": "minimax_m3_vl_text",
     "InklingForCausalLM": "inkling_text",
     "InklingForConditionalGeneration": None,
     "Ministral3ForCausalLM": "ministral3",
     "MistralForCausalLM": "mistral",
     "MistralLarge3ForCausalLM": None,
     "MixtralForCausalLM": "mixtral",
-    "MiMoForCausalLM": None,
+    "MiMoForCausalLM": "mimo",
     "MiMoV2FlashForCausalLM": "mimo_v2_flash",
     "MiMoV2ForCausalLM": None,
     "NemotronForCausalLM": "nemotron",

@@ -25,7 +25,9 @@ from launcher.model.arch.layers import Layer, Mixer, MixerKind, MoE, Norm, place
 from launcher.model.arch.model import Model
 from launcher.model.arch.tensors import Tensor, linear, norm, param
 
-MODEL_TYPES = ("deepseek_v4",)
+# deepseek_ref: the same config under SGLang's reference name (sgl-project/DeepSeek-V4-*-FP8: the keys of
+# deepseek-ai's deepseek_v4 configs, fewer of them); transformers and vLLM 0.32 know no model_type deepseek_ref.
+MODEL_TYPES = ("deepseek_v4", "deepseek_ref")
 
 DEFAULTS: dict[str, dict[str, Any]] = {
     "deepseek_v4": dict(vocab_size=129280, hidden_size=4096, moe_intermediate_size=2048, num_hidden_layers=43,
@@ -35,10 +37,12 @@ DEFAULTS: dict[str, dict[str, Any]] = {
                         index_n_heads=64, index_head_dim=128, index_topk=512, num_nextn_predict_layers=1,
                         tie_word_embeddings=False, partial_rotary_factor=None, mlp_bias=False),
 }  # fmt: skip
+DEFAULTS["deepseek_ref"] = DEFAULTS["deepseek_v4"]
 
 ATTRIBUTE_MAP: dict[str, dict[str, str]] = {
     "deepseek_v4": {"num_local_experts": "n_routed_experts", "intermediate_size": "moe_intermediate_size"},
 }
+ATTRIBUTE_MAP["deepseek_ref"] = ATTRIBUTE_MAP["deepseek_v4"]
 
 CSA, HCA, SWA = "compressed_sparse_attention", "heavily_compressed_attention", "sliding_attention"
 _RATIO_TO_TYPE = {0: SWA, 4: CSA, 128: HCA}

@@ -48,6 +48,7 @@ class KimiDeltaAttention(GatedDeltaNet):
     head_dim × head_dim matrix per head."""
 
     name: str = "self_attn"
+    full_rank_gate: bool = False  # Kimi K3: one hidden -> every channel output gate (g_proj), not g_a/g_b
 
     @property
     def code(self) -> str:
@@ -68,9 +69,12 @@ class KimiDeltaAttention(GatedDeltaNet):
         ts += linear(f"{p}.f_b_proj", "attention", width, d, layer)
         ts += param(f"{p}.dt_bias", "attention", (width,), layer)
         ts += linear(f"{p}.b_proj", "attention", heads, h, layer)  # beta: one write strength per head
-        # Output gate, low rank like the forget gate, then a gated RMSNorm over head_dim.
-        ts += linear(f"{p}.g_a_proj", "attention", d, h, layer)
-        ts += linear(f"{p}.g_b_proj", "attention", width, d, layer)
+        # Output gate, low rank like the forget gate (or full rank), then a gated RMSNorm over head_dim.
+        if self.full_rank_gate:
+            ts += linear(f"{p}.g_proj", "attention", width, h, layer)
+        else:
+            ts += linear(f"{p}.g_a_proj", "attention", d, h, layer)
+            ts += linear(f"{p}.g_b_proj", "attention", width, d, layer)
         ts += norm(f"{p}.o_norm", d, layer, part="attention", detail="attention_norms")
         ts += linear(f"{p}.o_proj", "attention", h, width, layer, gguf="attn_output")
         return ts + place(self.extra, p, layer)
