@@ -368,3 +368,25 @@ def test_modelopt_without_producer_is_what_vllm_reads_as_unquantized() -> None:
     assert refused is not None and "producer" in refused
     side["producer"] = {"name": "modelopt", "version": "0.23.0"}
     assert quant.resolve(None, detect(model, side), model, Version((0, 32, 0))).refusal is None
+
+
+def test_qwen3_5_export_with_expert_containers_is_priced_at_four_bits() -> None:
+    """A ModelOpt MIXED_PRECISION export of Qwen3.5-35B-A3B naming each layer's experts as one container
+    (`model.language_model.layers.N.mlp.experts`, the form of NVIDIA's Qwen3.6 exports): the experts are NVFP4, the
+    rest stays 16-bit. Priced per expert before, the experts stayed bf16 (65.4 GiB instead of 22.3)."""
+    cfg = json.loads((FIXTURES / "configs-2026" / "Qwen--Qwen3.5-35B-A3B_config.json").read_text())
+    plain = _model(cfg)
+    nvfp4 = {"quant_algo": "NVFP4", "group_size": 16}
+    layers = {f"model.language_model.layers.{i}.mlp.experts": nvfp4 for i in range(40)}
+    cfg["quantization_config"] = {
+        "quant_method": "modelopt",
+        "quant_algo": "MIXED_PRECISION",
+        "quantized_layers": layers,
+    }
+    model = _model(cfg)
+    # 40 layers x 256 experts, each gate and up 512 x 2048 and down 2048 x 512: half a byte per weight, an fp8 scale
+    # per 16 inputs of each row (512 x 128, 512 x 128, 2048 x 32) and a weight_scale_2 + input_scale per matrix
+    per_expert = 3 * 512 * 2048 // 2 + 3 * 65_536 + 3 * 8
+    expert_weights = 40 * 256 * 3 * 512 * 2048
+    sixteen_bit = weight_bytes(plain, detect(plain)).total_bytes - 2 * expert_weights
+    assert weight_bytes(model, detect(model)).total_bytes == sixteen_bit + 40 * 256 * per_expert
