@@ -36,7 +36,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
-from vllm.config import DeviceConfig, LoadConfig, ModelConfig, VllmConfig, set_current_vllm_config  # noqa: E402
+from vllm.config import CacheConfig, DeviceConfig, LoadConfig, ModelConfig, VllmConfig, set_current_vllm_config  # noqa: E402
 from vllm.distributed import init_distributed_environment, initialize_model_parallel  # noqa: E402
 from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts  # noqa: E402
 from vllm.model_executor.layers.linear import LinearBase, UnquantizedLinearMethod  # noqa: E402
@@ -93,6 +93,22 @@ def _ungated_moe_on_cpu() -> None:
 
 
 _ungated_moe_on_cpu()
+
+
+def _meta_stays_meta() -> None:
+    """Kimi-K2.5 moves its vision tower to the device while it is built (`.to(device=…)`), which a module on the
+    meta device cannot do: leave such a module where it is. Where it lives has no say in how it is stored."""
+    real = torch.nn.Module.to
+
+    def to(self: torch.nn.Module, *args: Any, **kwargs: Any) -> torch.nn.Module:
+        if any(p.is_meta for p in self.parameters()):
+            return self
+        return real(self, *args, **kwargs)
+
+    torch.nn.Module.to = to  # type: ignore[method-assign, assignment]
+
+
+_meta_stays_meta()
 
 
 def _kind(layer: torch.nn.Module) -> str:
@@ -153,6 +169,18 @@ def _recorder(config: Any, layers: dict[str, list[str]], asking: set[int]) -> An
     return get_quant_method
 
 
+def _vllm_config(mc: ModelConfig) -> VllmConfig:
+    """The engine's config; a model whose config sets a Mamba block size (Kimi-K3) is only taken with prefix
+    caching on, which has no say in how a layer is stored."""
+    common: dict[str, Any] = {"load_config": LoadConfig(load_format="dummy"), "device_config": DeviceConfig("cpu")}
+    try:
+        return VllmConfig(model_config=mc, **common)
+    except ValueError as e:
+        if "--mamba-block-size can only be set with --enable-prefix-caching" not in str(e):
+            raise
+        return VllmConfig(model_config=mc, cache_config=CacheConfig(enable_prefix_caching=True), **common)
+
+
 def _say(e: BaseException, model_dir: Path) -> str:
     """vLLM's words, on one line, with the model's own path as <model> (so two runs' records compare equal)."""
     return " ".join(str(e).replace(str(model_dir), "<model>").split())[:400]
@@ -165,7 +193,7 @@ def _one(model_dir: Path) -> dict[str, Any]:
         return {"served": False, "reason": _say(e, model_dir), "stage": "model_config"}
     out: dict[str, Any] = {"served": True, "quantization": mc.quantization, "architecture": mc.architecture}
     try:
-        vc = VllmConfig(model_config=mc, load_config=LoadConfig(load_format="dummy"), device_config=DeviceConfig("cpu"))
+        vc = _vllm_config(mc)
     except Exception as e:
         return {**out, "served": False, "reason": _say(e, model_dir), "stage": "vllm_config"}
     layers: dict[str, list[str]] = {}

@@ -47,9 +47,21 @@ def oracle_label(method: str, detail: str) -> str | None:
         return _BY_CLASS[method]
     if method in ("Fp8LinearMethod", "Fp8MoEMethod"):
         return "fp8-block" if "[" in detail else "fp8-tensor"
+    if method.startswith("CompressedTensors"):
+        return _compressed_tensors_label(method, detail)
     if method == "ModelOptLinearMethod":
         return _MODELOPT_ALGO.get(detail.upper(), f"modelopt:{detail}")
     return f"vllm:{method}"
+
+
+# compressed-tensors: the linear method's scheme (recorded as the detail) or the MoE method's class
+_CT = (("WNA16", "w4a16"), ("W4A16Fp4", "nvfp4"), ("W4A4Fp4", "nvfp4"), ("W4A4Nvfp4", "nvfp4"), ("Mxfp4", "mxfp4"),
+       ("W8A8Fp8", "fp8-tensor"), ("W8A8Int8", "int8"), ("W8A16Fp8", "fp8-tensor"))  # fmt: skip
+
+
+def _compressed_tensors_label(method: str, detail: str) -> str:
+    name = detail if method == "CompressedTensorsLinearMethod" else method
+    return next((label for key, label in _CT if key in name), f"vllm:{method}:{detail}")
 
 
 def vlaunch_label(spec: formats.FormatSpec | None) -> str | None:
@@ -69,10 +81,13 @@ _RENAMES = (
     ("vision_tower.multi_modal_projector.", "multi_modal_projector."),
     ("vision_tower.patch_merge_mlp.", "patch_merge_mlp."),
     (".mlp.fc1", ".fc1"), (".mlp.fc2", ".fc2"),
+    # Kimi-K2.5's projector: the checkpoint's proj.0 / proj.2 are vLLM's linear_1 / linear_2
+    ("mm_projector.proj.0", "mm_projector.linear_1"), ("mm_projector.proj.2", "mm_projector.linear_2"),
 )  # fmt: skip
 _FUSED = {
     "qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"],  # vLLM's common packing
     "fused_wkv_wgate": ["wkv", "wgate"], "wk_weights_proj": ["wk", "weights_proj"],
+    "fused_qkv_a_proj": ["q_a_proj", "kv_a_proj_with_mqa"],
 }  # fmt: skip
 
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from launcher.model.formats import weight_bytes
+from launcher.vllm import served
 from tests.quant_layers import PINNED, compare, load_model, oracle_label, pair_dirs
 
 RECORDS: dict[str, dict[str, Any]] = json.loads(PINNED.read_text())
@@ -29,7 +31,7 @@ def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def test_every_config_has_an_oracle_record(model_dirs: dict[str, Path]) -> None:
     assert sorted(model_dirs) == sorted(RECORDS)
-    assert len(BUILT) >= 50  # the models vLLM's CPU build constructs; the rest are named in the e2e test
+    assert len(BUILT) >= 59  # the models vLLM's CPU build constructs; the rest are named in the e2e test
 
 
 @pytest.mark.parametrize("name", BUILT)
@@ -43,3 +45,26 @@ def test_every_layer_priced_as_vllm_stores_it(name: str, model_dirs: dict[str, P
     assert result.disagree == [], "\n".join(result.disagree[:20])
     assert result.unmatched == [], f"vLLM layers vlaunch has no tensor for: {result.unmatched[:20]}"
     assert result.agree == len(RECORDS[name]["layers"]) - result.skipped
+
+
+@pytest.mark.parametrize("name", sorted(RECORDS))
+def test_every_config_counts_and_what_vllm_refuses_is_refused(name: str, model_dirs: dict[str, Path]) -> None:
+    """Every configs-2026 file gets its weights; where vLLM 0.32 will not build the model, vlaunch's plan refuses it
+    with vLLM's own words, and where vLLM builds it, vlaunch does not refuse it for that."""
+    model, spec = load_model(model_dirs[name])
+    assert weight_bytes(model, spec).total_bytes > 0
+    cfg = json.loads((model_dirs[name] / "config.json").read_text())
+    ours = served.refusal(
+        cfg.get("architectures") or [], str(cfg["model_type"]), version=(0, 32, 0), trust_remote_code=False,
+        auto_map=isinstance(cfg.get("auto_map"), dict),
+    )  # fmt: skip
+    rec = RECORDS[name]
+    if rec.get("stage") == "model_config":  # vLLM's ModelConfig refused it
+        assert ours is not None
+        said = rec["reason"]
+        words = (
+            "custom code" if "custom code" in said else "does not recognize" if "recognize" in said else "not supported"
+        )
+        assert words in said and ("trust-remote-code" in ours if words == "custom code" else words in ours)
+    else:
+        assert ours is None, ours
