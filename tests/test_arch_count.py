@@ -1,10 +1,12 @@
-"""`count --json` speaks the layer map; plan honours text-only flags and refuses cache kinds it cannot predict."""
+"""`count --json` speaks the layer map; plan honours text-only flags, predicts every cache kind (DeepSeek-V4's as vLLM
+0.32 allocates it) and refuses what it cannot predict."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from launcher.cli import main
@@ -71,12 +73,65 @@ def test_text_only_flags_drop_the_vision_tower() -> None:
     assert r.exit_code == 2 and "vLLM 0.10.1 has no --language-model-only" in r.stderr, r.output
 
 
-def test_plan_refuses_cache_kinds_it_does_not_predict() -> None:
+def _v4_dir(tmp: Path, name: str) -> Path:
+    """A model directory of a configs-2026 DeepSeek-V4 export: its config.json (+ hf_quant_config.json)."""
+    src = FIXTURES / "configs-2026"
+    (tmp / "config.json").write_text((src / f"{name}_config.json").read_text())
+    quant = src / f"{name}_hf_quant_config.json"
+    if quant.exists():
+        (tmp / "hf_quant_config.json").write_text(quant.read_text())
+    return tmp
+
+
+V4_MODELS = ("deepseek-ai--DeepSeek-V4-Pro", "nvidia--DeepSeek-V4-Flash-NVFP4")
+
+
+@pytest.mark.parametrize("name", V4_MODELS)
+@pytest.mark.parametrize("machine", [["--machine", "dgx-spark"], ["--machine", "h200", "-tp", "8"]], ids=str)
+def test_plan_predicts_deepseek_v4_pools(tmp_path: Path, name: str, machine: list[str]) -> None:
+    """DeepSeek-V4's cache as vLLM 0.32 allocates it: 5 groups in 256-token blocks, fp8_ds_mla, and the note that no
+    real boot has checked it. One Spark holds neither model's weights (exit 3, a pool of 0 blocks); 8 H200s do."""
+    r = CliRunner().invoke(main, ["plan", "--model", str(_v4_dir(tmp_path, name)), *machine, "--json"])
+    assert r.exit_code in (0, 3), r.output
+    plan = json.loads(r.stdout)
+    assert plan["block_size"] == 256 and plan["kv_cache_groups"] == 5
+    assert plan["kv_layout"]["bytes_per_block"] == (1_435_968 if "Pro" in name else 1_002_240)
+    assert plan["kv_request_bytes"] > 0 and plan["kv_bytes_per_token"] == (41_149 if "Pro" in name else 28_971)
+    assert any("no real boot has checked it" in n for n in plan["notes"])
+    if "h200" in machine:
+        assert r.exit_code == 0 and plan["kv_pool_blocks"] > 0 and plan["max_concurrency"] >= 1
+
+
+def test_plan_refuses_what_it_does_not_predict_of_deepseek_v4(tmp_path: Path) -> None:
+    model = str(_v4_dir(tmp_path, "nvidia--DeepSeek-V4-Flash-NVFP4"))
+
+    def plan(*args: str) -> tuple[int, str, str]:
+        r = CliRunner().invoke(main, ["plan", "--model", model, "--json", *args])
+        return r.exit_code, r.stdout, r.stderr
+
+    # another release's cache, or the CPU backend's own DeepSeek-V4 model: not predicted, one line
+    code, _, err = plan("--machine", "h200", "-tp", "8", "--vllm-version", "0.31.0")
+    assert code == 2 and "compressed_attention layers is not predicted for vLLM 0.31.0" in err
+    assert len(err.strip().splitlines()) == 1
+    code, _, err = plan("--machine", "cpu", "--gpu-memory-gib", "512")
+    assert code == 2 and "not predicted on vLLM's CPU backend" in err
+    # what vLLM 0.32 itself refuses: a KV dtype its fp8_ds_mla layout does not store, a block no kernel takes
+    code, out, _ = plan("--machine", "h200", "-tp", "8", "--kv-cache-dtype", "bfloat16")
+    assert code == 3 and any("only supports fp8 kv-cache" in x for x in json.loads(out)["reasons"])
+    code, out, _ = plan("--machine", "h200", "-tp", "8", "--block-size", "128")
+    assert code == 3 and any("No common block size for 128" in x for x in json.loads(out)["reasons"])
+    # fp8 is stored as fp8_ds_mla, the same cache as auto
+    fp8 = json.loads(plan("--machine", "h200", "-tp", "8", "--kv-cache-dtype", "fp8")[1])
+    assert fp8["kv_pool_blocks"] == json.loads(plan("--machine", "h200", "-tp", "8")[1])["kv_pool_blocks"]
+
+
+def test_plan_says_vllm_needs_compress_ratios() -> None:
+    """A transformers-style DeepSeek-V4 config (layer_types, no compress_ratios): vLLM 0.32 reads only
+    compress_ratios, so the plan states vLLM's refusal."""
     compressed = FIXTURES / "configs-v2" / "configs" / "deepseek_v4--default.json"
-    r = CliRunner().invoke(main, ["plan", "--config", str(compressed), "--machine", "h200"])
-    assert r.exit_code == 2
-    assert "compressed_attention" in r.stderr and "not predicted" in r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1
+    r = CliRunner().invoke(main, ["plan", "--config", str(compressed), "--machine", "h200", "-tp", "8", "--json"])
+    assert r.exit_code == 3, r.output
+    assert any("compress_ratios, which this config lacks" in x for x in json.loads(r.stdout)["reasons"])
 
 
 def test_plan_predicts_a_hybrid_pool() -> None:

@@ -350,3 +350,47 @@ def test_kimi_k3_kda_and_latent_kv() -> None:
     kv = kv_per_token(m, "auto")
     assert kv.per_token == 24 * (512 + 64) * 2  # 24 MLA layers; the 69 KDA layers keep a fixed state
     assert kv.layers_without_kv == {"linear_attention": 69}
+
+
+# ---- DeepSeek-V4: a compressed KV that grows and a sliding window, as vLLM 0.32 stores them ------------------------
+
+
+def _v4(name: str) -> Any:
+    from tests.conftest import FIXTURES
+
+    return shape_from_config(json.loads((FIXTURES / "configs-2026" / f"{name}_config.json").read_text()), name)
+
+
+def test_deepseek_v4_flash_bytes_per_token() -> None:
+    """DeepSeek-V4-Flash (NVIDIA's NVFP4 export): compress_ratios 0, 0, then 4 / 128 alternating: 2 window-only
+    layers, 21 CSA (ratio 4, with an indexer) and 20 HCA (ratio 128). vLLM 0.32's fp8_ds_mla state of a 512-wide
+    K=V vector is 448 B of fp8 NoPE values + 64 bf16 RoPE values (128 B) + 8 B of scales = 584 B
+    (models/deepseek_v4/attention.py DeepseekV4Attention.get_kv_cache_spec state_content_bytes); an indexer key is
+    128 fp8 values + one fp32 scale per 128 = 132 B (DeepseekV4Indexer.__init__ k_cache_head_dim). One of each per
+    compress-ratio tokens, rounded up to whole bytes per token; every layer's window holds 584 B per token."""
+    from launcher.model.kv import compressed_bytes_per_token
+
+    m = _v4("nvidia--DeepSeek-V4-Flash-NVFP4")
+    csa = (584 + 132 + 3) // 4  # 179: exact
+    hca = (584 + 127) // 128  # 5: 4.5625 rounded up
+    kv = kv_per_token(m, "auto")
+    assert kv.full_attention == 21 * csa + 20 * hca == 3_859
+    assert kv.sliding_attention == 43 * 584 and kv.sliding_window == 128
+    assert (kv.layers_full, kv.layers_sliding) == (41, 43)
+    assert kv.per_token == 3_859 + 25_112
+    # every fp8 dtype is stored as fp8_ds_mla; the cache is replicated on every rank (one KV head, max_tp_shards 1)
+    assert kv_per_token(m, "fp8").per_token == kv_per_token(m, "auto", tp=8).per_token == kv.per_token
+    # a growth of 179 B per token is what a long context costs: 100,000 tokens ≈ 100,000 × 3,859 + the windows
+    assert kv.bytes_for_context(100_000) == 100_000 * 3_859 + 128 * 25_112
+    # a plain bf16 row (FlashInfer's DeepSeek-V4 backend when asked for it): 512 × 2 B per state
+    window_only, hca_layer = m.layers[0].mixers[0], m.layers[3].mixers[0]
+    assert compressed_bytes_per_token(window_only, "bfloat16", "bfloat16") == (0, 1024)  # type: ignore[arg-type]
+    assert compressed_bytes_per_token(hca_layer, "bfloat16", "bfloat16") == (8, 1024)  # type: ignore[arg-type]
+
+
+def test_deepseek_v4_pro_bytes_per_token() -> None:
+    """DeepSeek-V4-Pro: compress_ratios 128, 128, then 4 / 128 alternating over 61 layers: 30 CSA, 31 HCA."""
+    kv = kv_per_token(_v4("deepseek-ai--DeepSeek-V4-Pro"), "auto")
+    assert kv.full_attention == 30 * 179 + 31 * 5 == 5_525
+    assert kv.sliding_attention == 61 * 584 == 35_624
+    assert kv.per_token == 41_149

@@ -22,9 +22,6 @@ from tests.spark_recipes import RECIPES, plan, world
 
 # The recipes vlaunch refuses, and why (one line each); every other recipe plans.
 REFUSED: dict[str, str] = {
-    # a model whose cache vLLM keeps vlaunch does not predict: DeepSeek-V4's compressed attention
-    "sa-exp-deepseek4-flash-fp8-mtp": "compressed_attention layers is not predicted",
-    "eugr-recipe-deepseek-v4-flash-jasl": "compressed_attention layers is not predicted",
     # flags that only patched builds have
     "sa-exp-openai-gpt-oss-120b": "--mxfp4-backend is a flag of no vLLM release vlaunch knows",
     # a drafter (DFlash, Gemma 4's assistant) whose config.json is not on this box: the error says how to give it

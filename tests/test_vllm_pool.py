@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from launcher.vllm import pool as vp
 from launcher.vllm import versions as V
-from launcher.vllm.specs import Context, FullAttentionSpec, MambaSpec, SlidingWindowSpec
+from launcher.vllm.specs import CacheSpec, Context, FullAttentionSpec, MambaSpec, SlidingWindowSpec
 
 
 def full(bs: int = 16, heads: int = 8, dim: int = 128) -> FullAttentionSpec:
@@ -215,3 +215,112 @@ def test_attention_free_plan_says_so() -> None:
     assert "hybrid:" not in text and "attention block size" not in text
     p = json.loads(CliRunner().invoke(main, [*args, "--json"]).stdout)
     assert p["block_size"] == p["mamba_block_size"] == 8192 and p["kv_layout"]["attention_block_size_raised"] is False
+
+
+# --- DeepSeek-V4 (vLLM 0.32): pages of several sizes packed in one block ------------------------------------------
+
+
+def _v4_specs(name: str, block_size: int = 256, mtp: bool = False) -> list[CacheSpec]:
+    """Every cache layer of a configs-2026 DeepSeek-V4 model, in vLLM's order, as vlaunch specs them."""
+    import json
+
+    from launcher.model.arch import read_config
+    from launcher.vllm.specs import SpecSettings, layer_specs
+    from tests.conftest import FIXTURES
+
+    cfg = json.loads((FIXTURES / "configs-2026" / f"{name}_config.json").read_text())
+    model = read_config(cfg, name)
+    s = SpecSettings(block_size, "fp8_ds_mla", "bfloat16", 1, (0, 32, 0))
+    layers = model.layers + (model.mtp_layers if mtp else ())
+    return [spec for layer in layers for m in layer.mixers for spec in layer_specs(m, s, layer.prefix)]
+
+
+FLASH, PRO = "nvidia--DeepSeek-V4-Flash-NVFP4", "deepseek-ai--DeepSeek-V4-Pro"
+
+
+def test_deepseek_v4_cache_layers_and_pages() -> None:
+    """One CSA layer registers five caches, in DeepseekV4Attention.__init__'s order; an HCA layer three, a
+    window-only layer one. Pages (v1/kv_cache_interface.py AttentionSpec.page_size_bytes = states per block ×
+    state bytes, padded by _apply_alignment_padding to a multiple of 576, FlashMLA's packing stride):
+    - indexer keys (DeepseekV4IndexerCache): 256 / 4 = 64 keys of 132 B = 8,448 → 15 × 576 = 8,640
+    - indexer compressor (CompressorStateCache, block 4): 4 × 2 × 2 × 128 fp32 = 8,192 → 8,640
+    - window (DeepseekV4SWACache, block 64): 64 × 584 = 37,376 → 65 × 576 = 37,440
+    - CSA KV (DeepseekV4Attention.get_kv_cache_spec, tokens_per_state 4): 64 × 584 = 37,376 → 37,440
+    - CSA compressor (block 4, two overlapping series): 4 × 2 × 2 × 512 fp32 = 32,768 → 57 × 576 = 32,832
+    - HCA KV (tokens_per_state 128): 2 × 584 = 1,168 → 3 × 576 = 1,728
+    - HCA compressor (block 8, one series): 8 × 2 × 512 fp32 = 32,768 → 32,832"""
+    from launcher.vllm.specs import CompressedMLASpec, SlidingMLASpec
+
+    specs = _v4_specs(FLASH)
+    assert len(specs) == 2 * 1 + 21 * 5 + 20 * 3
+    window_only, csa, hca = specs[0], specs[2:7], specs[7:10]
+    assert isinstance(window_only, SlidingMLASpec) and (window_only.block_size, window_only.window) == (64, 128)
+    assert [s.page_bytes for s in csa] == [8_640, 8_640, 37_440, 37_440, 32_832]
+    assert [type(s).__name__ for s in csa] == ["CompressedMLASpec", "SlidingMLASpec", "SlidingMLASpec",
+                                               "CompressedMLASpec", "SlidingMLASpec"]  # fmt: skip
+    assert [(s.block_size, getattr(s, "window", None)) for s in csa] == [(256, None), (4, 8), (64, 128), (256, None),
+                                                                           (4, 8)]  # fmt: skip
+    assert [s.page_bytes for s in hca] == [37_440, 1_728, 32_832]
+    assert isinstance(hca[2], SlidingMLASpec) and (hca[2].block_size, hca[2].window) == (8, 128)
+    assert isinstance(hca[1], CompressedMLASpec) and hca[1].tokens_per_state == 128
+
+
+def test_deepseek_v4_flash_pool() -> None:
+    """DeepSeek-V4-Flash on one H200 rank (TP 8), vLLM 0.32 defaults: max_model_len 1,048,576, 8,192 batched tokens,
+    2 batches in flight (async scheduling). kv_cache_utils._get_packed_kv_cache_groups buckets the layers by type:
+    windows (43 × 37,440), full attention (20 × 1,728 + 21 × 8,640 + 21 × 37,440, unbalanced: one group), CSA
+    compressors (21 × 32,832 + 21 × 8,640, balanced: one pattern of 21 repeats), HCA compressors (20 × 32,832).
+    Repeats per group: the d ≥ 21 padding [43, 21, 20] least, _approximate_gcd: d = 22 pads 1 + 1 + 2 = 4 (21: 20 +
+    0 + 1; 23: 3 + 2 + 3), so the windows split in 2 groups of 22 and 21, the others stay whole.
+    A block id spans the widest group: 20 × 1,728 + 21 × 8,640 + 21 × 37,440 = 1,002,240 bytes.
+    A request (get_max_concurrency_for_kv_cache_config, Σ over groups): full cdiv(1,048,576, 256) = 4,096; each
+    window group cdiv(min(128 - 1 + 16,384, L), 64) + 1 = 259 (SlidingWindowSpec.max_admission_blocks_per_request);
+    CSA compressors cdiv(8 - 1 + 16,384, 4) + 1 = 4,099; HCA compressors cdiv(128 - 1 + 16,384, 8) + 1 = 2,065."""
+    lay = vp.layout(_v4_specs(FLASH), block_size=256, version=(0, 32, 0))
+    assert [(g.kind, g.layers) for g in lay.groups] == [("sliding_mla", 22), ("sliding_mla", 21),
+                                                        ("compressed_mla", 62), ("compressor_state", 42),
+                                                        ("compressor_state", 20)]  # fmt: skip
+    assert lay.group_size == 22 and lay.padding_layers == ()
+    assert lay.bytes_per_block == 20 * 1_728 + 21 * 8_640 + 21 * 37_440 == 1_002_240
+    c = ctx(1_048_576, mnbt=8192, batches=2)
+    assert [g.blocks_per_request(c) for g in lay.groups] == [259, 259, 4_096, 4_099, 2_065]
+    assert vp.blocks_per_request(lay, c) == 10_778
+    # the pool a plan of this rank reaches: 111,589,663,168 available bytes
+    p = vp.pool(lay, 111_589_663_168, c, engine="v1")
+    assert p.num_blocks == 111_589_663_168 // 1_002_240 == 111_340
+    assert p.max_concurrency == 111_340 / 10_778
+    assert p.tokens == int(111_340 / 10_778 * 1_048_576) == 10_832_107
+
+
+def test_deepseek_v4_pro_pool_and_mtp() -> None:
+    """DeepSeek-V4-Pro: 61 windows, 91 full-attention caches (31 HCA, 30 CSA, 30 indexers), 30 + 30 CSA and 31 HCA
+    compressors. Balanced counts [61, 30, 31], at least 30: d = 31 pads 1 + 1 + 0 = 2, so the windows split 31 + 30.
+    A block: 31 × 1,728 + 30 × 8,640 + 30 × 37,440 = 1,435,968. The MTP layer adds one window (62 → 31 + 31)."""
+    lay = vp.layout(_v4_specs(PRO), block_size=256, version=(0, 32, 0))
+    assert [g.layers for g in lay.groups] == [31, 30, 91, 31, 60]  # layer 0 is HCA: its compressors come first
+    assert lay.group_size == 31
+    assert lay.bytes_per_block == 31 * 1_728 + 30 * 8_640 + 30 * 37_440 == 1_435_968
+    mtp = vp.layout(_v4_specs(PRO, mtp=True), block_size=256, version=(0, 32, 0))
+    assert [g.layers for g in mtp.groups] == [31, 31, 91, 31, 60] and mtp.bytes_per_block == 1_435_968
+
+
+def test_deepseek_v4_larger_block_is_strided_in_kernel_blocks() -> None:
+    """--block-size 512: the full-attention pages double (HCA 4 × 584 → 2,880; indexer 128 × 132 → 17,280; CSA
+    128 × 584 → 74,880), the windows and compressors keep their own blocks. The sparse-MLA and indexer backends
+    take kernel blocks of 256 only, so their pages stride in 256-token pages (customize_attention_spec:
+    MultipleOf(256); KVCacheSpec.get_block_stride_alignment), and a block id is rounded up to the lcm of 1,728,
+    8,640 and 37,440 = 112,320 (_get_kv_cache_bytes_per_block): 1,992,960 → 18 × 112,320 = 2,021,760."""
+    lay = vp.layout(_v4_specs(FLASH, block_size=512), block_size=512, version=(0, 32, 0))
+    widest = 20 * 2_880 + 21 * 17_280 + 21 * 74_880
+    assert widest == 1_992_960
+    assert lay.bytes_per_block == 18 * 112_320 == 2_021_760
+    assert vp.blocks_per_request(lay, ctx(1_048_576, mnbt=8192, batches=2)) == 2_048 + 2 * 259 + 4_099 + 2_065
+
+
+def test_deepseek_v4_without_the_hybrid_manager_is_not_predicted() -> None:
+    import pytest
+
+    from launcher.common.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="not predicted"):
+        vp.layout(_v4_specs(FLASH), block_size=256, version=(0, 32, 0), hybrid_manager=False)

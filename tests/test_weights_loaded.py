@@ -2,7 +2,8 @@
 that states it and whose launch vlaunch can plan (tests/fixtures/devlogs.yaml): within 1 % or 0.2 GiB.
 
 vLLM prints two decimals (0.005 GiB); the figure is the memory the load added on the device, so it holds the
-weights as vLLM allocates them (padding, fused scales, the rotary tables it builds while loading)."""
+weights as vLLM allocates them (padding, fused scales, the rotary tables it builds while loading: Gemma 3's global
+rope, linearly scaled by 8, has a cos/sin cache of 8 × max_position rows beside its local one)."""
 
 from __future__ import annotations
 
@@ -16,12 +17,6 @@ from launcher.common.units import GiB
 from tests.devlogs_eval import cases, plan_for
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
-# Gemma 3 multimodal (SigLIP tower): vLLM 0.8 and 0.19 load about 0.4-0.5 GiB more than the weights vlaunch prices;
-# where it goes is not yet known, so these stay marked until it is found.
-KNOWN_GAPS = {
-    "llmd-planner-v0.19.0-google-gemma-3-4b-it--h100-80gb--tp1pp1dp1--8192": "gemma-3 loads 0.51 GiB more",
-    "vllm-16199-gemma3-27b-awq-4096-fail": "gemma-3 loads 0.38 GiB more",
-}
 
 
 def _stating() -> list[tuple[dict[str, Any], float]]:
@@ -44,12 +39,7 @@ def test_the_logs_that_state_weights_are_all_here() -> None:
 
 @pytest.mark.parametrize(
     ("case", "loaded"),
-    [
-        pytest.param(c, g, id=c["id"], marks=[pytest.mark.xfail(reason=KNOWN_GAPS[c["id"]], strict=True)])
-        if c["id"] in KNOWN_GAPS
-        else pytest.param(c, g, id=c["id"])
-        for c, g in STATING
-    ],
+    [pytest.param(c, g, id=c["id"]) for c, g in STATING],
 )
 def test_weights_per_rank_as_vllm_loaded_them(case: dict[str, Any], loaded: float) -> None:
     predicted = plan_for(case).prediction.weights_bytes / GiB

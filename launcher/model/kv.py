@@ -17,6 +17,7 @@ from launcher.common.units import cdiv
 from launcher.model.arch.layers import (
     Attention,
     ChunkedLocalAttention,
+    CompressedAttention,
     Mixer,
     MLAttention,
     SlidingWindowAttention,
@@ -30,6 +31,8 @@ __all__ = [
     "KVPerToken",
     "attention_head_bytes",
     "boundary_layers",
+    "compressed_bytes_per_token",
+    "dsv4_fp8_layout",
     "kv_element_bytes",
     "kv_heads_per_rank",
     "kv_per_token",
@@ -141,6 +144,51 @@ def mla_token_bytes(kv_cache_dtype: str, model_dtype: str | None, head_size: int
     return latent + 2 * scale
 
 
+# --- DeepSeek-V4 (vllm/models/deepseek_v4/attention.py, vLLM 0.32) ---------------------------------------------------
+
+# fp8_ds_mla's state of one K=V vector of 512: 448 B of fp8 NoPE values, 128 B of RoPE values (64 in bf16) and 8 B
+# of UE8M0 scales (DeepseekV4Attention.get_kv_cache_spec state_content_bytes; DeepseekV4SWACache
+# packed_bytes_per_token)
+DSV4_FP8_STATE_BYTES = 448 + 64 * 2 + 8
+_INDEXER_SCALE_BLOCK = 128  # DeepseekV4Indexer.quant_block_size: one fp32 scale per 128 key values
+
+
+def dsv4_fp8_layout(kv_cache_dtype: str) -> bool:
+    """vLLM 0.32's default DeepSeek-V4 backends (FlashMLA on SM90 / SM100, FlashInfer's SM120 kernels on SM12x) store
+    the fp8_ds_mla layout: "auto" and every fp8 dtype become fp8_ds_mla (_resolve_dsv4_kv_cache_dtype), any other
+    dtype is refused there."""
+    d = known_dtype(kv_cache_dtype)
+    return d == "auto" or d.startswith("fp8")
+
+
+def dsv4_state_bytes(kv_cache_dtype: str, model_dtype: str | None, head_dim: int) -> int:
+    """One stored K=V state (a window token's or a compressed entry's): fp8_ds_mla's packed 584 bytes, else a plain
+    row of head_dim elements (FlashInfer's DeepSeek-V4 backend, taken only when asked for by --attention-backend)."""
+    if dsv4_fp8_layout(kv_cache_dtype):
+        return DSV4_FP8_STATE_BYTES
+    elem, _ = kv_element_bytes(kv_cache_dtype, model_dtype)
+    return head_dim * elem
+
+
+def dsv4_indexer_key_bytes(index_head_dim: int) -> int:
+    """The lightning indexer's key per compressed entry (DeepseekV4Indexer.__init__ k_cache_head_dim, the FP8 cache
+    vLLM uses unless --attention-config asks for MXFP4): fp8 values plus an fp32 scale per 128 (132 for 128)."""
+    return index_head_dim + index_head_dim // _INDEXER_SCALE_BLOCK * 4
+
+
+def compressed_bytes_per_token(m: CompressedAttention, kv_cache_dtype: str, model_dtype: str | None) -> tuple[int, int]:
+    """(bytes per token of context the compressed caches grow by, bytes per token of the sliding window) of one
+    DeepSeek-V4 layer, replicated on every rank (num_kv_heads 1, max_tp_shards 1). One compressed state (and for
+    CSA one indexer key) per compress_rate tokens, rounded up to whole bytes per token (HCA: 584 / 128 = 4.5625
+    gives 5); the window holds a state per token for its last `window` tokens. The compressors' fp32 partial
+    windows are a fixed state per request, not per token (their pages are in launcher.vllm.specs)."""
+    state = dsv4_state_bytes(kv_cache_dtype, model_dtype, m.head_dim)
+    if not m.compress_rate:
+        return 0, state
+    index = dsv4_indexer_key_bytes(m.index_head_dim) if m.index_heads else 0
+    return cdiv(state + index, m.compress_rate), state
+
+
 # --- layers kept in the model's dtype ---------------------------------------------------------------------------------
 
 
@@ -229,6 +277,8 @@ class KVPerToken:
 
 def mixer_bytes_per_token(mixer: Mixer, kv_cache_dtype: str, model_dtype: str | None, tp: int = 1) -> int:
     """Bytes per token one mixer stores on one rank (0 for state mixers and layers that share another's KV)."""
+    if isinstance(mixer, CompressedAttention):
+        return sum(compressed_bytes_per_token(mixer, kv_cache_dtype, model_dtype))  # compressed + window
     if isinstance(mixer, MLAttention):
         # one latent plus the rope key, replicated on every rank
         return mla_token_bytes(kv_cache_dtype, model_dtype, mixer.kv_elements_per_token(tp))
@@ -240,37 +290,50 @@ def mixer_bytes_per_token(mixer: Mixer, kv_cache_dtype: str, model_dtype: str | 
     return heads * attention_head_bytes(kv_cache_dtype, model_dtype, mixer.head_dim, mixer.v_dim) + side
 
 
+def _kv_parts(m: Mixer, dtype: str, model_dtype: str | None, tp: int) -> list[tuple[str, int]]:
+    """A mixer's bytes per token by the span they cover: "full" (every token), "sliding" (its window), "chunked"
+    (its chunk). A DeepSeek-V4 layer has both a compressed part that grows and a window."""
+    if isinstance(m, CompressedAttention):
+        grows, window = compressed_bytes_per_token(m, dtype, model_dtype)
+        return [(k, b) for k, b in (("full", grows), ("sliding", window)) if b]
+    b = mixer_bytes_per_token(m, dtype, model_dtype, tp)
+    if not b:
+        return []
+    if isinstance(m, SlidingWindowAttention):
+        return [("sliding", b)]
+    return [("chunked" if isinstance(m, ChunkedLocalAttention) else "full", b)]
+
+
 def kv_per_token(shape: Model, kv_cache_dtype: str = "auto", tp: int = 1) -> KVPerToken:
     if tp < 1:
         raise ConfigError(f"must be ≥ 1, got {tp}", field="tensor_parallel_size")
     elem, _ = kv_element_bytes(kv_cache_dtype, shape.torch_dtype)
     kept = boundary_layers(kv_cache_dtype, shape)  # TurboQuant / UltraQuant: these stay in the model's dtype
     per_layer = heads = 0  # the first attention layer's bytes per token and KV heads per rank
-    full = sliding = chunked = 0
-    n_full = n_sliding = n_chunked = 0
+    by_span = {"full": 0, "sliding": 0, "chunked": 0}
+    layers = {"full": 0, "sliding": 0, "chunked": 0}
     window: int | None = None
     chunk: int | None = None
     without: dict[str, int] = {}
     for i, layer in enumerate(shape.layers):
         dtype = "auto" if i in kept else kv_cache_dtype
         for m in layer.mixers:
-            b = mixer_bytes_per_token(m, dtype, shape.torch_dtype, tp)
-            if b and not per_layer:
-                per_layer = b
+            parts = _kv_parts(m, dtype, shape.torch_dtype, tp)
+            if parts and not per_layer:
+                per_layer = sum(b for _, b in parts)
                 heads = kv_heads_per_rank(m.kv_heads, tp) if isinstance(m, Attention) else 1
-            if not b:
+            if not parts:
                 without[m.kind] = without.get(m.kind, 0) + 1
-            elif isinstance(m, SlidingWindowAttention):
-                sliding += b
-                n_sliding += 1
-                window = m.window if window is None else max(window, m.window)
-            elif isinstance(m, ChunkedLocalAttention):
-                chunked += b
-                n_chunked += 1
-                chunk = m.chunk
-            else:
-                full += b
-                n_full += 1
+            for span, b in parts:
+                by_span[span] += b
+                layers[span] += 1
+                if span == "sliding":
+                    w = m.window  # type: ignore[attr-defined]  # SlidingWindowAttention or CompressedAttention
+                    window = w if window is None else max(window, w)
+                elif span == "chunked":
+                    chunk = m.chunk  # type: ignore[attr-defined]
+    full, sliding, chunked = by_span["full"], by_span["sliding"], by_span["chunked"]
+    n_full, n_sliding, n_chunked = layers["full"], layers["sliding"], layers["chunked"]
     return KVPerToken(
         full_attention=full,
         sliding_attention=sliding,

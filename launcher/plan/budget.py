@@ -19,7 +19,7 @@ from launcher.common.units import GiB, MiB, cdiv
 from launcher.model.arch.layers import Layer
 from launcher.model.arch.model import Model
 from launcher.model.formats import FormatSpec
-from launcher.model.kv import kv_element_bytes
+from launcher.model.kv import dsv4_fp8_layout, kv_element_bytes
 from launcher.model.params import Tensor
 from launcher.vllm import engine as ve
 from launcher.vllm import pool as vp
@@ -32,7 +32,7 @@ from launcher.vllm.specs import (
     MambaSpec,
     SpecSettings,
     kept_layers_block_size,
-    layer_spec,
+    layer_specs,
 )
 
 Engine = Literal["v0", "v1"]
@@ -302,10 +302,13 @@ def _resolve_kv_dtype(
     """vLLM's kv_cache_dtype: what the checkpoint's quantization config sets where this version takes it
     (kvdtypes.checkpoint_kv_dtype), else as asked; "auto" is the dtype the model is served in (fp32 only when asked)."""
     ckpt = checkpoint_kv_dtype(shape, hf_quant_config, version, kv_cache_dtype)
-    if ckpt is not None and ckpt.taken:
-        return ckpt.dtype
-    if kv_cache_dtype != "auto":
-        return kv_cache_dtype
+    resolved = ckpt.dtype if ckpt is not None and ckpt.taken else kv_cache_dtype
+    if "compressed_attention" in shape.mixer_kinds and dsv4_fp8_layout(resolved):
+        # DeepSeek-V4's default backends store "auto" and every fp8 dtype as fp8_ds_mla, and write that back to
+        # the cache config (models/deepseek_v4/attention.py _resolve_dsv4_kv_cache_dtype)
+        return "fp8_ds_mla"
+    if resolved != "auto":
+        return resolved
     return _served_dtype(dtype, shape)
 
 
@@ -401,7 +404,8 @@ def rank_weight_bytes(
         else:
             total += cdiv(b, tp)
     max_pos = shape.max_position_embeddings or args.max_model_len
-    total += max_pos * shape.rotary_dim * args.dtype_bytes  # cos/sin cache (half the rotary dim each)
+    # cos/sin caches (half the rotary dim each), rows per position summed over the ropes vLLM builds
+    total += max_pos * shape.rotary_rows * shape.rotary_dim * args.dtype_bytes
     return total + loader_buffers(shape, args)
 
 
@@ -1079,8 +1083,9 @@ def rank_layout(s: Model, a: EngineArgs, pp_rank: int = 0, drafter: Model | None
     mask: list[bool] = []
     for layer, own in zip(layers, owned, strict=True):
         for m in layer.mixers:
-            specs.append(layer_spec(m, settings, layer.prefix))
-            mask.append(own)
+            for spec in layer_specs(m, settings, layer.prefix):  # DeepSeek-V4's attention registers several
+                specs.append(spec)
+                mask.append(own)
     if a.pooling and not s.causal:
         specs = []  # encoder-only attention keeps no cache (EncoderOnlyAttention has no KV spec)
     lay = vp.layout(

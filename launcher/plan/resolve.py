@@ -80,7 +80,6 @@ def resolve_request(profile: Profile, options: PlanOptions, cache: PlanCache) ->
     version = detected.version
     towers_key = ("towers", id(whole), profile.language_model_only, profile.limit_mm_per_prompt, version)
     shape = cache.get(towers_key, lambda: loaded_towers(whole, profile, version), whole)
-    cache.get(("pool_modelled", id(shape)), lambda: _pool_modelled(shape, src.config_path), shape)
     stored = stored_format(shape, src, cache)
     # the weights as the plan prices them, the --quantization the command carries, and vLLM's reason not to
     # start that way (a format the checkpoint does not hold and vLLM does not make while loading it)
@@ -92,6 +91,7 @@ def resolve_request(profile: Profile, options: PlanOptions, cache: PlanCache) ->
     )
     ask = engine_ask(profile, options, shape, machine, version, src, method, cache)
     args = budget.engine_args(shape, ask)
+    _pool_modelled(shape, src.config_path, args)
     if args.speculative_method == "mtp" and not shape.mtp_layers and not profile.speculative.get("model"):
         raise ConfigError(
             f"speculative method {method!r} needs MTP layers, and this model's config declares none "
@@ -222,13 +222,20 @@ def loaded_towers(shape: Model, profile: Profile, version: V.Version) -> Model:
     return shape if kept == shape.towers else dataclasses.replace(shape, towers=kept)
 
 
-def _pool_modelled(shape: Model, source: str) -> None:
-    """vLLM's pool is predicted for every cache kind its specs know; say so rather than guess for the rest."""
+def _pool_modelled(shape: Model, source: str, args: budget.EngineArgs) -> None:
+    """vLLM's pool is predicted for every cache kind its specs know; say so rather than guess for the rest.
+    DeepSeek-V4's is vLLM 0.32's on CUDA (versions.DSV4_CACHE): not an earlier release's, nor the CPU backend's
+    (its own DeepSeek-V4 model, x86 AMX only)."""
     other = sorted({m.kind for layer in shape.layers for m in layer.mixers if specs.has_unmodelled(m)})
+    where = ""
+    if "compressed_attention" in shape.mixer_kinds and args.platform == "cpu":
+        other, where = ["compressed_attention"], " on vLLM's CPU backend"
+    elif "compressed_attention" in shape.mixer_kinds and not V.DSV4_CACHE.on(args.version):
+        other, where = ["compressed_attention"], f" for vLLM {V.fmt_version(args.version)} (it is vLLM 0.32's)"
     if other:
         raise ConfigError(
-            f"vLLM's KV/state pool for {', '.join(other)} layers is not predicted yet; `vlaunch count` gives this "
-            "model's weights and cache geometry",
+            f"vLLM's KV/state pool for {', '.join(other)} layers is not predicted{where or ' yet'}; `vlaunch count` "
+            "gives this model's weights and cache geometry",
             source=source,
             field="layers",
         )

@@ -18,7 +18,7 @@ from launcher.plan.machines import Machine, MemoryReading
 from launcher.plan.profiles import Profile
 from launcher.plan.ranks import Slot
 from launcher.plan.resolve import Request
-from launcher.vllm import quant, served
+from launcher.vllm import quant, served, specs
 from launcher.vllm import versions as V
 from launcher.vllm.kvdtypes import kv_dtype_notes, kv_refusal
 
@@ -143,6 +143,7 @@ def refusal(r: Request) -> str | None:
         served_refusal(r)
         or gpu_count_error(profile, machine, r.reading)
         or tp_error(shape, args.tensor_parallel_size)
+        or dsv4_error(shape, r.source.config, args.block_size, args.decode_context_parallel_size)
         or dcp_error(args.tensor_parallel_size, args.decode_context_parallel_size)
         or max_len_error(shape, profile, dict(profile.vllm.env))
         or r.quant.refusal
@@ -271,6 +272,24 @@ def gpu_count_error(profile: Profile, machine: Machine, reading: MemoryReading |
 def dcp_error(tp: int, dcp: int) -> str | None:
     """ParallelConfig: decode context parallel reuses the tensor-parallel ranks."""
     return f"tp_size={tp} must be divisible by dcp_size={dcp}." if tp % dcp else None
+
+
+def dsv4_error(shape: Model, config: Any, block_size: int, dcp: int) -> str | None:
+    """What stops vLLM 0.32 building DeepSeek-V4's cache (None for other models, or when nothing does)."""
+    if "compressed_attention" not in shape.mixer_kinds:
+        return None
+    if not isinstance(config, dict) or not isinstance(config.get("compress_ratios"), list):
+        # DeepseekV4Attention.__init__ reads config.compress_ratios[layer_id]; vLLM's DeepseekV4Config sets none
+        return (
+            "vLLM 0.32 reads each DeepSeek-V4 layer's compression from config.json's compress_ratios, which this "
+            "config lacks"
+        )
+    if block_size % specs.DSV4_KERNEL_BLOCK:
+        # v1/worker/utils.py select_common_block_size: the sparse-MLA and indexer kernels take blocks of 256 only
+        return f"No common block size for {block_size} (DeepSeek-V4's sparse MLA and indexer backends: [256])."
+    if dcp > 1:
+        return "DCP not support sliding window."  # SlidingWindowSpec.max_memory_usage_bytes (DeepSeek-V4's window)
+    return None
 
 
 def tp_error(shape: Model, tp: int) -> str | None:

@@ -23,6 +23,10 @@ def default_block_size(model: Model, platform: Platform, version: V.Version) -> 
         if model.mla is not None and V.CPU_MLA_BLOCK_16.on(version):
             return 16
         return 128 if V.CPU_BLOCK_128.on(version) else 16
+    if "compressed_attention" in model.mixer_kinds:
+        # DeepSeek-V4: its sparse-MLA and indexer backends take kernel blocks of 256 tokens only, the smallest size
+        # every backend of the model takes (Platform._preferred_block_size_for_backends; versions.DSV4_CACHE)
+        return 256
     if model.mla is not None:
         return 64  # FlashMLA, the default MLA backend on Hopper
     return 16

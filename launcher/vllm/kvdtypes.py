@@ -17,6 +17,7 @@ from launcher.model.kv import (
     SERVED_DTYPES,
     TURBOQUANT_DTYPES,
     boundary_layers,
+    dsv4_fp8_layout,
     is_hybrid,
     known_dtype,
 )
@@ -49,6 +50,12 @@ def _attention(shape: Model) -> list[Attention]:
 def kv_refusal(kv_cache_dtype: str, shape: Model, *, platform: str, compute_capability: str | None) -> str | None:
     """vLLM 0.32's reason not to serve this KV cache dtype for this model here (None: a backend stores it)."""
     d = known_dtype(kv_cache_dtype)
+    if "compressed_attention" in shape.mixer_kinds and not dsv4_fp8_layout(d):
+        # models/deepseek_v4/attention.py _resolve_dsv4_kv_cache_dtype, the layout of every default backend
+        return (
+            f"DeepseekV4 fp8_ds_mla layout only supports fp8 kv-cache, got {d} (vLLM 0.32's DeepSeek-V4 attention): "
+            "--kv-cache-dtype fp8 or auto"
+        )
     attn, mla = _attention(shape), shape.mla
     if d in SERVED_DTYPES or d == "auto" or not (attn or mla):
         return None
@@ -112,6 +119,11 @@ def _nvfp4_refusal(d: str, attn: list[Attention], cc: int | None) -> str | None:
 def kv_backend_note(kv_cache_dtype: str, shape: Model) -> str | None:
     """Which vLLM backend stores this dtype, for the plan's notes (None for 16-bit and fp8 KV)."""
     d = kv_cache_dtype.lower()
+    if "compressed_attention" in shape.mixer_kinds:
+        return (
+            f"KV cache {d}: DeepSeek-V4's cache (compressed MLA, indexer keys, sliding window, compressor states) "
+            "follows vLLM 0.32's source; no real boot has checked it"
+        )
     if d in PER_TOKEN_HEAD_DTYPES and shape.mla is None:
         return f"KV cache {d}: only vLLM's Triton attention backend stores it (an fp32 scale per token and KV head)"
     if d in NVFP4_DTYPES:

@@ -19,16 +19,19 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Literal
 
+from launcher.common.errors import ConfigError
 from launcher.common.records import dataclass
 from launcher.common.units import cdiv, last_true
 from launcher.vllm import versions as V
 from launcher.vllm.specs import (
     CacheSpec,
     ChunkedLocalSpec,
+    CompressedMLASpec,
     Context,
     FullAttentionSpec,
     MambaSpec,
     MLASpec,
+    SlidingMLASpec,
     SlidingWindowSpec,
 )
 
@@ -160,6 +163,8 @@ def layout(
     if not live:
         # attention-free and stateless: vLLM keeps one null block and no pool
         return KVLayout(block_size, 0, 0, (), 0, False, 0, requested_block_size=block_size)
+    if any(isinstance(s, CompressedMLASpec) for s in live):
+        return packed_layout(live, mine, block_size, hybrid_manager=hybrid_manager)
     bs, mamba_page = _layout_block_size(
         live,
         block_size,
@@ -252,6 +257,113 @@ def _hybrid_groups(
         for i in range(k):
             groups.append(Group(_kind(spec), sum(owners[i::k]), spec.page_bytes, spec))
     return tuple(groups), group_size, tuple(padding)
+
+
+# --- DeepSeek-V4: pages of several sizes packed in one block (vLLM 0.32) ---------------------------------------------
+
+
+def packed_layout(live: list[CacheSpec], mine: list[bool], block_size: int, *, hybrid_manager: bool) -> KVLayout:
+    """DeepSeek-V4's caches: its indexer backend declares block-outermost KV layouts only (BLHNC,
+    DeepseekV4IndexerBackend.supported_kv_cache_layouts), so the layers' pages of different sizes are packed side
+    by side in one block (kv_cache_utils._get_packed_kv_cache_groups) instead of being unified. A block id spans
+    the widest group's pages, rounded up to every layer's stride alignment (_get_kv_cache_bytes_per_block)."""
+    if not hybrid_manager:
+        raise ConfigError(
+            "--disable-hybrid-kv-cache-manager: vLLM's DeepSeek-V4 cache with the sliding windows allocated as full "
+            "attention is not predicted",
+            field="disable_hybrid_kv_cache_manager",
+        )
+    members, repeats = packed_groups(live)
+    groups = []
+    for idx in members:
+        first = live[idx[0]]
+        owned = [i for i in idx if mine[i]]
+        kind = first.kind if isinstance(first, SlidingMLASpec) else "compressed_mla"
+        # UniformTypeKVCacheSpecs: a block of the group holds one page of each of its layers on this rank
+        pages = sum(live[i].page_bytes for i in owned)
+        groups.append(Group(kind, len(owned), first.page_bytes, first, uniform_pages=pages))
+    stride = math.lcm(*(s.stride_alignment for s in live if isinstance(s, CompressedMLASpec)))
+    widest = max(g.bytes_per_block for g in groups)
+    return KVLayout(
+        block_size=block_size,
+        page_bytes=groups[0].page_bytes,
+        bytes_per_block=cdiv(widest, stride) * stride,
+        groups=tuple(groups),
+        group_size=repeats or 0,
+        hybrid=len(groups) > 1,
+        layers_on_rank=sum(g.layers for g in groups),
+        requested_block_size=block_size,
+    )
+
+
+def _same_type(a: CacheSpec, b: CacheSpec) -> bool:
+    """UniformTypeKVCacheSpecs.is_uniform_type of two layers: one block size, and both full attention (MLA included)
+    or both sliding windows of one size."""
+    if a.block_size != b.block_size:
+        return False
+    if isinstance(a, SlidingMLASpec) or isinstance(b, SlidingMLASpec):
+        return isinstance(a, SlidingMLASpec) and isinstance(b, SlidingMLASpec) and a.window == b.window
+    return True
+
+
+def _buckets(live: list[CacheSpec]) -> list[dict[int, list[int]]]:
+    """Layers bucketed by type in registration order, each bucket's layers by page size (first seen first)."""
+    buckets: list[list[int]] = []
+    for i, s in enumerate(live):
+        home = next((b for b in buckets if _same_type(live[b[0]], s)), None)
+        if home is None:
+            buckets.append([i])
+        else:
+            home.append(i)
+    out: list[dict[int, list[int]]] = []
+    for b in buckets:
+        by_page: dict[int, list[int]] = {}
+        for i in b:
+            by_page.setdefault(live[i].page_bytes, []).append(i)
+        out.append(by_page)
+    return out
+
+
+def packed_groups(live: list[CacheSpec]) -> tuple[list[list[int]], int | None]:
+    """kv_cache_utils._get_packed_kv_cache_groups: the groups (indices into `live`) and the pattern repeats per
+    group. A bucket with as many layers of each page size repeats a pattern; those are split into groups of the
+    same number of repeats (the fewest padded repeats, _approximate_gcd, not below the largest mixed bucket's
+    count); any other bucket is one group, a sliding one split to the states a block already holds."""
+    buckets = _buckets(live)
+    layers = [sorted(i for idx in b.values() for i in idx) for b in buckets]
+    balanced = [len({len(v) for v in b.values()}) == 1 for b in buckets]
+    most = [max(len(v) for v in b.values()) for b in buckets]  # get_max_layers_per_page_size
+    floor = max((n for b, bal, n in zip(buckets, balanced, most, strict=True) if bal and len(b) > 1), default=0)
+    repeats = _approximate_gcd([n for bal, n in zip(balanced, most, strict=True) if bal], floor) if floor else None
+    n_groups = [cdiv(n, repeats) if bal and repeats else 1 for bal, n in zip(balanced, most, strict=True)]
+    # is_state_bucket: a sliding bucket with no repeat pattern to follow can go down to one layer per group
+    state = [repeats is None and isinstance(live[ls[0]], SlidingMLASpec) for ls in layers]
+    # the bytes a block must hold however the state buckets are split (widest_group_bytes)
+    anchor = max(
+        sum(cdiv(len(idx), len(ls) if st else k) * page for page, idx in b.items())
+        for b, ls, st, k in zip(buckets, layers, state, n_groups, strict=True)
+    )
+    members: list[list[int]] = []
+    for b, ls, st, k in zip(buckets, layers, state, n_groups, strict=True):
+        if anchor and st:  # a state group capped at the states one block already fits
+            k = max(k, cdiv(len(ls), max(anchor // live[ls[0]].page_bytes, 1)))
+        if k == 1:
+            members.append(ls)
+            continue
+        pattern = list(zip(*b.values(), strict=False))  # one layer of each page size per repeat (zip stops short)
+        members += [[i for rep in pattern[j::k] for i in rep] for j in range(k)]
+    return members, repeats
+
+
+def _approximate_gcd(values: Sequence[int], lower_bound: int) -> int:
+    """kv_cache_utils._approximate_gcd: the divisor d ≥ lower_bound whose total round-up padding of the values to
+    multiples of d is least, the larger d on a tie."""
+    best, best_pad = lower_bound, None
+    for d in range(lower_bound, max(values) + 1):
+        pad = sum((d - x % d) % d for x in values)
+        if best_pad is None or pad <= best_pad:
+            best, best_pad = d, pad
+    return best
 
 
 def _layout(

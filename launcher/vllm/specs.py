@@ -10,7 +10,7 @@ Pure integer arithmetic.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from math import prod
+from math import gcd, prod
 from typing import Literal
 
 from launcher.common.records import dataclass
@@ -18,6 +18,7 @@ from launcher.common.units import cdiv
 from launcher.model.arch.layers import (
     Attention,
     ChunkedLocalAttention,
+    CompressedAttention,
     GatedDeltaNet,
     Mamba,
     Mamba2,
@@ -27,7 +28,15 @@ from launcher.model.arch.layers import (
     SlidingWindowAttention,
     kv_heads_per_rank,
 )
-from launcher.model.kv import DTYPE_BYTES, attention_head_bytes, kv_element_bytes, mla_token_bytes
+from launcher.model.kv import (
+    DTYPE_BYTES,
+    attention_head_bytes,
+    dsv4_fp8_layout,
+    dsv4_indexer_key_bytes,
+    dsv4_state_bytes,
+    kv_element_bytes,
+    mla_token_bytes,
+)
 from launcher.vllm import versions as V
 
 MambaMode = Literal["none", "align", "all"]
@@ -155,6 +164,56 @@ class MLASpec(CacheSpec):
 
     def max_memory_bytes(self, ctx: Context) -> int:
         return cdiv(ctx.attention_tokens, self.block_size) * self.page_bytes
+
+
+@dataclass(frozen=True)
+class CompressedMLASpec(CacheSpec):
+    """DeepSeek-V4's compressed KV and its indexer keys (vLLM 0.32 MLAAttentionSpec with tokens_per_state and
+    alignment, v1/kv_cache_interface.py): one head, one state of `state_bytes` per `tokens_per_state` tokens, the
+    page padded up to a multiple of `alignment` (_apply_alignment_padding). Full attention: a request holds every
+    token of max_model_len. The same on every rank (max_tp_shards 1)."""
+
+    block_size: int
+    state_bytes: int
+    tokens_per_state: int = 1
+    alignment: int = 1
+    kernel_block: int = 0  # the one kernel block its backend takes (DeepSeek-V4 sparse MLA, indexer: 256); 0: any
+    kind: str = "compressed_mla"
+
+    @property
+    def page_bytes(self) -> int:
+        # AttentionSpec.unpadded_page_size_bytes: 1 head × (block_size // tokens_per_state) states × state bytes,
+        # rounded up to the alignment
+        raw = self.block_size // self.tokens_per_state * self.state_bytes
+        return cdiv(raw, self.alignment) * self.alignment
+
+    @property
+    def stride_alignment(self) -> int:
+        """KVCacheSpec.get_block_stride_alignment: a block bigger than the backend's one kernel block
+        (customize_attention_spec: MultipleOf(kernel block)) is strided in whole kernel-block pages."""
+        if not self.kernel_block:
+            return 1
+        kernel = gcd(self.kernel_block, self.block_size)
+        return 1 if kernel == self.block_size else self.with_block_size(kernel).page_bytes
+
+    def max_memory_bytes(self, ctx: Context) -> int:
+        # FullAttentionSpec.max_memory_usage_bytes: every token, in whole blocks
+        return cdiv(ctx.attention_tokens, self.block_size) * self.page_bytes
+
+
+@dataclass(frozen=True)
+class SlidingMLASpec(CompressedMLASpec):
+    """DeepSeek-V4's sliding-window KV and its compressors' fp32 partial windows (vLLM 0.32 SlidingWindowMLASpec):
+    a page of `block_size` states padded to `alignment`, a request holding its last `window` tokens."""
+
+    window: int = 0
+    kind: str = "sliding_mla"
+
+    def max_memory_bytes(self, ctx: Context) -> int:
+        # SlidingWindowSpec.max_admission_blocks_per_request: the last window-1 tokens plus what is in flight, +1
+        # block for a window that starts inside one (extra_retained_tokens is 0 with one MTP module)
+        tokens = min(self.window - 1 + ctx.in_flight_tokens, ctx.max_model_len)
+        return (cdiv(tokens, self.block_size) + 1) * self.page_bytes
 
 
 @dataclass(frozen=True)
@@ -296,6 +355,49 @@ def state_spec(m: Mixer, s: SpecSettings) -> MambaSpec | None:
     )
 
 
+# DeepSeek-V4 in vLLM 0.32 (vllm/models/deepseek_v4/, versions.DSV4_CACHE)
+DSV4_KERNEL_BLOCK = 256  # DeepseekV4SparseMLABackend / DeepseekV4IndexerBackend.get_supported_kernel_block_sizes
+_DSV4_SWA_BLOCK = 64  # DeepseekV4SWACache(block_size=64): DeepseekV4Attention does not pass one
+_DSV4_STATE_BLOCK = {4: 4, 128: 8}  # CompressorStateCache.block_size per compress ratio
+_FP32 = 4  # the compressors keep their state in float32 (DeepseekCompressor state_dtype)
+
+
+def compressed_specs(m: CompressedAttention, s: SpecSettings) -> tuple[CacheSpec, ...]:
+    """The cache layers one DeepSeek-V4 attention registers, in vLLM's order (DeepseekV4Attention.__init__): for
+    CSA the indexer's keys and its compressor's state, then the sliding window (every layer, MTP's too), then the
+    compressed KV and its compressor's state (CSA and HCA)."""
+    fp8 = dsv4_fp8_layout(s.kv_cache_dtype)
+    # fp8_ds_mla pages are padded to FlashMLA's 576-byte packing stride, plain rows to FlashInfer's 512
+    align = 576 if fp8 else 512
+    state = dsv4_state_bytes(s.kv_cache_dtype, s.model_dtype, m.head_dim)
+    coff = 2 if m.overlap else 1  # CSA's compressor keeps two overlapping series (coff = 1 + (ratio == 4))
+
+    def compressor(dim: int) -> SlidingMLASpec:
+        # CompressorStateCache: kv and score state of coff series (2 × coff × dim fp32 values) per token, a window
+        # of coff × compress_rate tokens
+        return SlidingMLASpec(_DSV4_STATE_BLOCK.get(m.compress_rate, 8), 2 * coff * dim * _FP32, alignment=align,
+                              window=coff * m.compress_rate, kind="compressor_state")  # fmt: skip
+
+    out: list[CacheSpec] = []
+    if m.index_heads:  # DeepseekV4IndexerCache: one key per compress_rate tokens
+        keys = dsv4_indexer_key_bytes(m.index_head_dim)
+        out += [CompressedMLASpec(s.block_size, keys, m.compress_rate, align, DSV4_KERNEL_BLOCK),
+                compressor(m.index_head_dim)]  # fmt: skip
+    out.append(SlidingMLASpec(_DSV4_SWA_BLOCK, state, alignment=align, window=m.window))  # DeepseekV4SWACache
+    if m.compress_rate:  # DeepseekV4Attention.get_kv_cache_spec (None for a sliding-window-only layer)
+        out += [CompressedMLASpec(s.block_size, state, m.compress_rate, align, DSV4_KERNEL_BLOCK),
+                compressor(m.head_dim)]  # fmt: skip
+    return tuple(out)
+
+
+def layer_specs(m: Mixer, s: SpecSettings, prefix: str | None = None) -> tuple[CacheSpec, ...]:
+    """Every cache layer vLLM registers for this mixer: none, one (`layer_spec`), or DeepSeek-V4's several."""
+    if isinstance(m, CompressedAttention):
+        return compressed_specs(m, s)
+    spec = layer_spec(m, s, prefix)
+    return () if spec is None else (spec,)
+
+
 def layer_spec(m: Mixer, s: SpecSettings, prefix: str | None = None) -> CacheSpec | None:
     """The spec vLLM gives this mixer of the layer at `prefix`; None for a layer that keeps no cache (KV shared
     with another layer). A layer in `s.kept_layers` (by the index in its prefix, vLLM's extract_layer_index)
@@ -315,5 +417,5 @@ def _layer_index(prefix: str) -> int | None:
 
 
 def has_unmodelled(m: Mixer) -> bool:
-    """A mixer kind whose vLLM cache vlaunch does not reproduce (DeepSeek-V4's compressed attention)."""
-    return not isinstance(m, Attention | MLAttention | GatedDeltaNet | Mamba | Mamba2 | ShortConv)
+    """A mixer kind whose vLLM cache vlaunch does not reproduce."""
+    return not isinstance(m, Attention | MLAttention | CompressedAttention | GatedDeltaNet | Mamba | Mamba2 | ShortConv)

@@ -241,6 +241,15 @@ HYBRID_BLOCK_ALIGN = Rule(
     "hybrid_block_align", (0, 10, 2), "attention block size raised until a page holds a mamba state",
     "Platform._align_hybrid_block_size (model_executor/models/config.py up to 0.19)",
 )  # fmt: skip
+DSV4_CACHE = Rule(
+    "dsv4_cache", (0, 32, 0),
+    "DeepSeek-V4's cache as read in vLLM 0.32's source (no earlier release read): per layer a 64-token sliding-window "
+    "cache, and per compressed layer a KV of one 584-byte fp8_ds_mla state per compress ratio of tokens (CSA also "
+    "indexer keys) in 256-token blocks and an fp32 compressor state; pages padded to 576 bytes and packed side by "
+    "side in one block (BLHNC) rather than unified",
+    "vllm/models/deepseek_v4/attention.py, compressor.py, v1/attention/backends/mla/sparse_swa.py, "
+    "v1/core/kv_cache_utils.py _get_packed_kv_cache_groups",
+)  # fmt: skip
 
 # --- platforms ---------------------------------------------------------------------------------------------------
 CPU_BLOCK_128 = Rule(
@@ -273,7 +282,7 @@ RULES: tuple[Rule, ...] = (
     V1_CONTEXT_IN_BUDGET_UNTIL, MOE_WORKSPACE_KEPT, CUDAGRAPH_IN_BUDGET, HYBRID_MANAGER, TOKENS_FROM_CONCURRENCY,
     PER_GROUP_BLOCKS, IN_FLIGHT_TOKENS, GROUP_SIZE_125, GROUP_SIZE_CLOSE, MAMBA_MODES, HYBRID_PREFIX_CACHING,
     MAMBA_ALIGN_ALWAYS, CHUNKED_WITH_HYBRID, HYBRID_BLOCK_ALIGN, HYBRID_ALIGN_BACKEND, CPU_BLOCK_128,
-    CPU_MLA_BLOCK_16, CPU_DEVICE_NAME, V08_POOL_LINE, AUTO_FIT_MAX_MODEL_LEN, GGUF_REMOVED,
+    CPU_MLA_BLOCK_16, CPU_DEVICE_NAME, V08_POOL_LINE, AUTO_FIT_MAX_MODEL_LEN, GGUF_REMOVED, DSV4_CACHE,
 )  # fmt: skip
 
 

@@ -44,6 +44,9 @@ class Model:
     extra: tuple[Tensor, ...] = ()  # anything else transformers builds (shared blocks, hyper-connections)
     max_position_embeddings: int | None = None
     rotary_dim: int = 0  # width of vLLM's cos/sin cache
+    # rows of vLLM's cos/sin caches per position of max_position_embeddings, summed over the distinct ropes it builds
+    # (Gemma 3: a local one and a global one with linear scaling, whose cache is max_position × factor rows)
+    rotary_rows: int = 1
     torch_dtype: str | None = None
     quantization_config: Mapping[str, Any] | None = field(default=None, hash=False, compare=False)
     defaults_used: tuple[str, ...] = ()

@@ -18,12 +18,11 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from launcher.common.records import dataclass
 from launcher.model.arch.common import Meta, decoder
 from launcher.model.arch.config import Cfg
-from launcher.model.arch.layers import Layer, Mixer, MixerKind, MoE, Norm, place, shared_experts
+from launcher.model.arch.layers import CSA, HCA, SWA, CompressedAttention, Layer, MoE, Norm, shared_experts
 from launcher.model.arch.model import Model
-from launcher.model.arch.tensors import Tensor, linear, norm, param
+from launcher.model.arch.tensors import Tensor, linear, param
 
 # deepseek_ref: the same config under SGLang's reference name (sgl-project/DeepSeek-V4-*-FP8: the keys of
 # deepseek-ai's deepseek_v4 configs, fewer of them); transformers and vLLM 0.32 know no model_type deepseek_ref.
@@ -44,14 +43,9 @@ ATTRIBUTE_MAP: dict[str, dict[str, str]] = {
 }
 ATTRIBUTE_MAP["deepseek_ref"] = ATTRIBUTE_MAP["deepseek_v4"]
 
-CSA, HCA, SWA = "compressed_sparse_attention", "heavily_compressed_attention", "sliding_attention"
 _RATIO_TO_TYPE = {0: SWA, 4: CSA, 128: HCA}
 _DEFAULT_RATES = {CSA: 4, HCA: 128}
 _NUM_HASH_LAYERS = 3  # transformers' default_num_hash_layers
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def hyper_connection(names: tuple[str, str, str], hc: int, hidden: int, mix: int, scales: int,
@@ -64,106 +58,6 @@ def hyper_connection(names: tuple[str, str, str], hc: int, hidden: int, mix: int
         *param(base, "other", (mix,), layer, detail="hyper_connections"),
         *param(scale, "other", (scales,), layer, detail="hyper_connections"),
     ]
-
-
-@dataclass(frozen=True, kw_only=True)
-class CompressedAttention(Mixer):
-    """DeepSeek-V4 attention: low-rank queries over `heads` heads of head_dim, one shared K=V vector per token
-    (single KV head), a grouped low-rank output projection, a sink logit per head, and, unless compress_rate is 0,
-    a compressor that pools every `compress_rate` tokens into one KV entry (CSA also an indexer over its own
-    compressed keys).
-
-    Cache, per request: the last `window` K=V vectors (fixed), plus head_dim (+ index_head_dim for CSA) elements
-    per `compress_rate` tokens of context; the compressor keeps a partial window of fp32 kv and gate state."""
-
-    hidden: int
-    heads: int
-    head_dim: int
-    q_lora_rank: int
-    o_groups: int
-    o_lora_rank: int
-    window: int
-    compress_rate: int  # 0: sliding window only
-    overlap: bool = False  # CSA: two overlapping series per window, so the compressor projects 2 × head_dim
-    index_heads: int = 0  # CSA's lightning indexer; 0 without one
-    index_head_dim: int = 0
-    index_topk: int = 0
-    name: str = "attn"
-    extra: tuple[Tensor, ...] = ()
-
-    @property
-    def kind(self) -> MixerKind:
-        return "compressed_attention"
-
-    @property
-    def layer_type(self) -> str:
-        return SWA if not self.compress_rate else CSA if self.index_heads else HCA
-
-    def _compressor(self, p: str, dim: int, layer: int | None) -> list[Tensor]:
-        """kv and gate projections (two series when overlapping), a learned bias per position in the window
-        (`ape`) and an RMSNorm over the pooled entry."""
-        width = dim * (2 if self.overlap else 1)
-        return [
-            *linear(f"{p}.wkv", "attention", width, self.hidden, layer, detail="compressor"),
-            *linear(f"{p}.wgate", "attention", width, self.hidden, layer, detail="compressor"),
-            *param(f"{p}.ape", "attention", (self.compress_rate, width), layer, detail="compressor"),
-            *norm(f"{p}.norm", dim, layer, part="attention", detail="attention_norms"),
-        ]
-
-    def tensors(self, prefix: str, layer: int | None) -> list[Tensor]:
-        p = f"{prefix}.{self.name}"
-        h, n, d, r = self.hidden, self.heads, self.head_dim, self.q_lora_rank
-        ts = [
-            *linear(f"{p}.wq_a", "attention", r, h, layer, gguf="attn_q_a", detail="mla_low_rank"),
-            *norm(f"{p}.q_norm", r, layer, part="attention", detail="attention_norms"),
-            *linear(f"{p}.wq_b", "attention", n * d, r, layer, gguf="attn_q_b", detail="mla_low_rank"),
-            # One vector per token serves as both key and value (a single KV head).
-            *linear(f"{p}.wkv", "attention", d, h, layer, gguf="attn_kv"),
-            *norm(f"{p}.norm", d, layer, part="attention", detail="attention_norms"),
-            # Grouped output: each of o_groups slices of n·d/o_groups goes to o_lora_rank, then all to hidden.
-            *linear(f"{p}.wo_a", "attention", self.o_groups * self.o_lora_rank, n * d // self.o_groups, layer),
-            *linear(f"{p}.wo_b", "attention", h, self.o_groups * self.o_lora_rank, layer, gguf="attn_output"),
-            *param(f"{p}.attn_sink", "attention", (n,), layer, role="sink", gguf="attn_sinks", detail="sinks"),
-        ]
-        if self.compress_rate:
-            ts += self._compressor(f"{p}.compressor", d, layer)
-        if self.index_heads:
-            q = f"{p}.indexer"
-            ts += linear(f"{q}.wq_b", "attention", self.index_heads * self.index_head_dim, r, layer, detail="indexer")
-            ts += linear(f"{q}.weights_proj", "attention", self.index_heads, h, layer, detail="indexer")
-            ts += self._compressor(f"{q}.compressor", self.index_head_dim, layer)
-        return ts + place(self.extra, p, layer)
-
-    def kv_elements_per_token(self, tp: int = 1) -> int:
-        """The compressed KV's growth per token of context (rounded up): head_dim, plus the indexer's key for
-        CSA, every compress_rate tokens; replicated on every rank. The window part is fixed (state_shapes)."""
-        if not self.compress_rate:
-            return 0
-        return _cdiv(self.head_dim + self.index_head_dim, self.compress_rate)
-
-    def _compressor_state(self, dim: int) -> tuple[int, int]:
-        # The unfinished window(s) of source tokens, each with its kv and its gate logits (2 × dim per series);
-        # CSA's overlapping series keep two windows of two series. vLLM holds them in fp32.
-        series = 2 if self.overlap else 1
-        return series * self.compress_rate, series * 2 * dim
-
-    def state_shapes(self, tp: int = 1) -> dict[str, tuple[int, ...]]:
-        # Fixed per request: the window of K=V vectors and the compressors' partial windows.
-        out: dict[str, tuple[int, ...]] = {"window_kv": (self.window, self.head_dim)}
-        if self.compress_rate:
-            out["compressor"] = self._compressor_state(self.head_dim)
-        if self.index_heads:
-            out["indexer_compressor"] = self._compressor_state(self.index_head_dim)
-        return out
-
-    def describe(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"layer_type": self.layer_type, "head_dim": self.head_dim, "window": self.window,
-                               "compress_rate": self.compress_rate}  # fmt: skip
-        if self.index_heads:
-            out["indexer_head_dim"] = self.index_head_dim
-            out["indexer_topk"] = self.index_topk
-        out["state_shapes"] = {k: list(v) for k, v in self.state_shapes().items()}
-        return out
 
 
 def layer_types(c: Cfg, n: int) -> list[str]:

@@ -48,4 +48,18 @@ def read(c: Cfg, meta: Meta) -> Model:
     kinds, attn = alternating_attention(c, hidden, c.int("sliding_window_pattern"), qk_norm="head")
     mlp = DenseMLP(hidden=hidden, inter=c.int("intermediate_size"))
     return decoder(c, meta, parts=lambda i: (attn[kinds[i]], mlp), rotary_dim=attn[kinds[0]].head_dim,
-                   layer_norms=GEMMA_NORMS, towers=tuple(towers))  # fmt: skip
+                   layer_norms=GEMMA_NORMS, towers=tuple(towers), rotary_rows=_rope_rows(c))  # fmt: skip
+
+
+def _rope_rows(c: Cfg) -> int:
+    """vLLM builds two ropes (get_rope caches one per distinct base and scaling): the sliding layers' at
+    rope_local_base_freq, unscaled (max_position rows), and the global layers' with the config's rope_scaling; a
+    linear scaling by `factor` makes its cache max_position × factor rows (LinearScalingRotaryEmbedding)."""
+    scaling = c.get("rope_scaling", None)
+    params = c.get("rope_parameters", None)  # transformers 5: per layer type
+    if scaling is None and isinstance(params, dict) and isinstance(params.get("full_attention"), dict):
+        scaling = params["full_attention"]
+    if not isinstance(scaling, dict) or (scaling.get("rope_type") or scaling.get("type")) != "linear":
+        return 2
+    factor = scaling.get("factor")
+    return 1 + int(factor) if isinstance(factor, int | float) and factor >= 1 else 2
