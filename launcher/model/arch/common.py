@@ -4,6 +4,7 @@ the token embedding and the output head, and assembling a Model. Pure.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -234,3 +235,20 @@ def decoder(
     return build(c, meta, vocab=vocab, hidden=hidden, layers=layers, is_tied=tie,
                  embeddings=(*embeddings, *embed_extra), head=(*out, *head_extra), rotary_dim=rotary_dim,
                  **kw)  # fmt: skip
+
+
+def under(model: Model, base: str) -> Model:
+    """The language model's tensors renamed as a multimodal wrapper's checkpoint stores them (`base` prepended,
+    e.g. `language_model.`)."""
+
+    def name(ts: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        return tuple(dataclasses.replace(t, name=base + t.name) for t in ts)
+
+    return dataclasses.replace(
+        model,
+        layers=tuple(dataclasses.replace(layer, prefix=base + layer.prefix) for layer in model.layers),
+        mtp_layers=tuple(dataclasses.replace(layer, prefix=base + layer.prefix) for layer in model.mtp_layers),
+        embeddings=name(model.embeddings),
+        head=name(model.head),
+        extra=name(model.extra),
+    )

@@ -34,6 +34,20 @@ class Tower(ABC):
         return 256
 
 
+def siglip_encoder(p: str, hv: int, iv: int, num_layers: int) -> list[Tensor]:
+    """A SigLIP / CLIP encoder's layers under `p`: pre-norm attention (q, k, v, out with biases) and a two-layer MLP."""
+    ts: list[Tensor] = []
+    for i in range(num_layers):
+        q = f"{p}.encoder.layers.{i}"
+        ts += norm(f"{q}.layer_norm1", hv, None, part="vision", bias=True)
+        for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            ts += linear(f"{q}.self_attn.{proj}", "vision", hv, hv, None, bias=True)
+        ts += norm(f"{q}.layer_norm2", hv, None, part="vision", bias=True)
+        ts += linear(f"{q}.mlp.fc1", "vision", iv, hv, None, bias=True)
+        ts += linear(f"{q}.mlp.fc2", "vision", hv, iv, None, bias=True)
+    return ts
+
+
 @dataclass(frozen=True, kw_only=True)
 class SiglipVision(Tower):
     """A SigLIP vision transformer (optionally with its attention-pooling head) and Gemma 3's projector."""
@@ -71,14 +85,7 @@ class SiglipVision(Tower):
                 role="position",
             ),
         ]
-        for i in range(self.num_layers):
-            q = f"{p}.encoder.layers.{i}"
-            ts += norm(f"{q}.layer_norm1", hv, None, part="vision", bias=True)
-            for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
-                ts += linear(f"{q}.self_attn.{proj}", "vision", hv, hv, None, bias=True)
-            ts += norm(f"{q}.layer_norm2", hv, None, part="vision", bias=True)
-            ts += linear(f"{q}.mlp.fc1", "vision", iv, hv, None, bias=True)
-            ts += linear(f"{q}.mlp.fc2", "vision", hv, iv, None, bias=True)
+        ts += siglip_encoder(p, hv, iv, self.num_layers)
         ts += norm(f"{p}.post_layernorm", hv, None, part="vision", bias=True)
         if self.use_head:
             q = f"{p}.head"

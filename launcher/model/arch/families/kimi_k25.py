@@ -20,7 +20,7 @@ import dataclasses
 from typing import Any, ClassVar
 
 from launcher.common.records import dataclass
-from launcher.model.arch.common import Meta, text_config
+from launcher.model.arch.common import Meta, text_config, under
 from launcher.model.arch.config import Cfg
 from launcher.model.arch.families import deepseek_v3
 from launcher.model.arch.model import Model
@@ -122,22 +122,6 @@ def moonvit(top: Cfg, out_hidden: int, defaults: dict[str, Any], **kw: Any) -> M
         pos_grid=(heights[-1] if heights else 64, widths[-1] if widths else 64),
         qkv_hidden=v.opt_int("qkv_hidden_size") or hidden, **kw,
     )  # fmt: skip
-
-
-def under(model: Model, prefix: str) -> Model:
-    """The language model's tensors under the wrapper's prefix (`language_model.`)."""
-
-    def moved(ts: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-        return tuple(dataclasses.replace(t, name=prefix + t.name) for t in ts)
-
-    return dataclasses.replace(
-        model,
-        layers=tuple(dataclasses.replace(layer, prefix=prefix + layer.prefix) for layer in model.layers),
-        mtp_layers=tuple(dataclasses.replace(layer, prefix=prefix + layer.prefix) for layer in model.mtp_layers),
-        embeddings=moved(model.embeddings),
-        head=moved(model.head),
-        extra=moved(model.extra),
-    )
 
 
 def read(c: Cfg, meta: Meta) -> Model:

@@ -22,10 +22,10 @@ import dataclasses
 from typing import Any
 
 from launcher.common.records import dataclass
-from launcher.model.arch.common import Meta, decoder, text_config
+from launcher.model.arch.common import Meta, decoder, text_config, under
 from launcher.model.arch.config import Cfg
 from launcher.model.arch.families import kimi_linear
-from launcher.model.arch.families.kimi_k25 import moonvit, under
+from launcher.model.arch.families.kimi_k25 import moonvit
 from launcher.model.arch.layers import MLP, DenseMLP, Mixer, MLAttention, MoE, place, shared_experts
 from launcher.model.arch.model import Model
 from launcher.model.arch.tensors import Tensor, linear, norm

@@ -22,13 +22,12 @@ import dataclasses
 from typing import Any, ClassVar
 
 from launcher.common.records import dataclass
-from launcher.model.arch.common import Meta, decoder, heads, text_config
+from launcher.model.arch.common import Meta, decoder, heads, text_config, under
 from launcher.model.arch.config import Cfg
-from launcher.model.arch.families.kimi_k25 import under
 from launcher.model.arch.layers import MLP, Attention, DenseMLP, Layer, Mixer, MoE, Norm, norms, shared_experts
 from launcher.model.arch.model import Model
 from launcher.model.arch.tensors import Tensor, linear, norm
-from launcher.model.arch.towers import Tower
+from launcher.model.arch.towers import Tower, siglip_encoder
 
 MODEL_TYPES = ("minimax_m3", "minimax_m3_vl", "minimax_m3_vl_text")
 
@@ -105,14 +104,7 @@ class MiniMaxVision(Tower):
         k = (self.channels, self.temporal, self.patch, self.patch)
         ts = [Tensor(f"{p}.embeddings.patch_embedding.weight", "vision", "conv", (hv, *k))]
         ts += norm(f"{p}.pre_layrnorm", hv, None, part="vision", bias=True)
-        for i in range(self.num_layers):
-            q = f"{p}.encoder.layers.{i}"
-            ts += norm(f"{q}.layer_norm1", hv, None, part="vision", bias=True)
-            for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
-                ts += linear(f"{q}.self_attn.{proj}", "vision", hv, hv, None, bias=True)
-            ts += norm(f"{q}.layer_norm2", hv, None, part="vision", bias=True)
-            ts += linear(f"{q}.mlp.fc1", "vision", iv, hv, None, bias=True)
-            ts += linear(f"{q}.mlp.fc2", "vision", hv, iv, None, bias=True)
+        ts += siglip_encoder(p, hv, iv, self.num_layers)
         ph, out = self.projector_hidden, self.out_hidden
         ts += linear("multi_modal_projector.linear_1", "vision", ph, hv, None, bias=self.projector_bias)
         ts += linear("multi_modal_projector.linear_2", "vision", out, ph, None, bias=self.projector_bias)

@@ -15,7 +15,7 @@ import dataclasses
 from typing import Any
 
 from launcher.common.records import dataclass
-from launcher.model.arch.common import Meta, text_config
+from launcher.model.arch.common import Meta, text_config, under
 from launcher.model.arch.config import Cfg
 from launcher.model.arch.families import ministral3, mistral
 from launcher.model.arch.model import Model
@@ -99,22 +99,6 @@ class PixtralVision(Tower):
         ts += linear(f"{m}.linear_1", "vision", t, hv * self.feature_layers, None, bias=b)
         ts += linear(f"{m}.linear_2", "vision", t, t, None, bias=b)
         return ts
-
-
-def under(model: Model, base: str) -> Model:
-    """The language model's tensors renamed as a wrapper checkpoint stores them (`base` prepended)."""
-
-    def name(ts: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-        return tuple(dataclasses.replace(t, name=base + t.name) for t in ts)
-
-    return dataclasses.replace(
-        model,
-        layers=tuple(dataclasses.replace(layer, prefix=base + layer.prefix) for layer in model.layers),
-        mtp_layers=tuple(dataclasses.replace(layer, prefix=base + layer.prefix) for layer in model.mtp_layers),
-        embeddings=name(model.embeddings),
-        head=name(model.head),
-        extra=name(model.extra),
-    )
 
 
 def read(c: Cfg, meta: Meta) -> Model:
