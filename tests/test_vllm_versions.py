@@ -400,3 +400,14 @@ def test_a_version_with_numbers_no_release_has_is_refused(text: str) -> None:
     """Python's int() refuses more than 4,300 digits (a ValueError, once exit 70): such a version is refused."""
     with pytest.raises(ConfigError, match="not a vLLM version"):
         V.parse_version(text)
+
+
+def test_logged_tokens_from_concurrency_since_0_20_1() -> None:
+    """vLLM 0.20.1's kv_cache_utils.get_kv_cache_capacity logs `int(max_concurrency * max_model_len)` tokens; 0.20.0's
+    wheel still logs num_blocks // groups × block_size (read from both wheels' vllm/v1/core/kv_cache_utils.py)."""
+    assert V.TOKENS_FROM_CONCURRENCY.on((0, 20, 1)) and not V.TOKENS_FROM_CONCURRENCY.on((0, 20, 0))
+    base = ["plan", "--model", "Qwen/Qwen3-8B", "--machine", "h100-80gb", "--max-model-len", "10001", "--json"]
+    for version, from_concurrency in (("0.20.0", False), ("0.20.1", True)):
+        out = json.loads(CliRunner().invoke(main, [*base, "--vllm-version", version]).stdout)
+        blocks = out["kv_pool_blocks"] * out["block_size"]
+        assert (out["kv_pool_tokens"] != blocks) is from_concurrency, version

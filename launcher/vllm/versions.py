@@ -193,8 +193,9 @@ HYBRID_MANAGER = Rule(
     "vllm/v1/core/kv_cache_utils.py",
 )  # fmt: skip
 TOKENS_FROM_CONCURRENCY = Rule(
-    "tokens_from_concurrency", (0, 21, 0), "logged tokens = int(concurrency × max_model_len)",
-    "kv_cache_utils.get_kv_cache_capacity",
+    "tokens_from_concurrency", (0, 20, 1), "logged tokens = int(concurrency × max_model_len)",
+    "kv_cache_utils.get_kv_cache_capacity (the 0.20.1 wheel's vllm/v1/core/kv_cache_utils.py: `num_tokens = "
+    "int(max_concurrency * max_model_len)`; 0.20.0's logs num_blocks // groups × block_size)",
 )  # fmt: skip
 PER_GROUP_BLOCKS = Rule(
     "per_group_blocks", (0, 27, 0), "blocks per request = Σ over groups of cdiv(group bytes, page)",
