@@ -118,3 +118,22 @@ def test_html_report_draws_the_state_apart(tmp_path: Path) -> None:
     html = out.read_text()
     assert 'data-key="state"' in html and 'data-key="kv"' in html
     assert "of state per request, whatever the context length" in html
+
+
+def test_full_cuda_graphs_need_a_state_block_per_sequence() -> None:
+    """vLLM from 0.20 (config/compilation.py) refuses FULL decode CUDA graphs over state layers when max_num_seqs
+    exceeds the pool's blocks (`max_num_seqs (1024) exceeds available Mamba cache blocks (939)` on a real RTX PRO
+    6000 boot of Qwen3.8-27B); 0.19 and --enforce-eager start. Left to vlaunch, the utilization covers the blocks."""
+    base = ["--config", str(QWEN35), "--max-model-len", "65536", "--max-num-seqs", "1024"]
+    given = [*base, "--machine", "h200", "--gpu-memory-utilization", "0.6"]
+    code, refused, _ = plan(*given, "--vllm-version", "0.32.0")
+    assert code == 3 and refused["failure"] == "mamba_blocks_below_max_num_seqs"
+    blocks = refused["kv_pool_blocks"]
+    assert 0 < blocks < 1024 and f"exceeds available Mamba cache blocks ({blocks})" in refused["reasons"][0]
+    assert refused["fixes"][0].startswith(f"--max-num-seqs {blocks} ")
+    for other in (["--vllm-version", "0.19.0"], ["--vllm-version", "0.32.0", "--enforce-eager"]):
+        code, started, _ = plan(*given, *other)
+        assert code == 0 and started["failure"] is None, other
+    code, auto, err = plan(*base, "--machine", "dgx-spark", "--vllm-version", "0.32.0")
+    assert code == 0, err
+    assert auto["kv_pool_blocks"] >= 1024 and "one per max_num_seqs sequence" in auto["gpu_memory_utilization_reason"]

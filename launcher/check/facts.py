@@ -84,6 +84,7 @@ FAILURE_RANK = {
     "insufficient_free_memory": 60,
     "kv_too_small_for_max_model_len": 50,
     "no_kv_memory": 50,
+    "mamba_blocks_below_max_num_seqs": 50,
     "invalid_config": 40,
     "cuda_oom": 30,
     "driver_too_old": 29,

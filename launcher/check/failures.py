@@ -16,6 +16,7 @@ from launcher.vllm.logs import (
     INVALID_CONFIG,
     KV_TOO_SMALL_V0,
     KV_TOO_SMALL_V1,
+    MAMBA_BLOCKS,
     NO_KV_MEMORY,
     SAMPLER_OOM,
     WORKER_KILLED,
@@ -106,6 +107,21 @@ def kv_too_small_v0(p: LogParser, m: Match, text: str) -> None:
     p.facts.max_model_len = p.facts.max_model_len or int(m["mml"])
 
 
+def mamba_blocks(p: LogParser, m: Match, text: str) -> None:
+    """FULL decode CUDA graphs need one state block per sequence: the pool holds fewer than max_num_seqs."""
+    blocks = int(m["blocks"])
+    p.fail(
+        Failure(
+            "mamba_blocks_below_max_num_seqs",
+            f"max_num_seqs {m['seqs']} is more than the {blocks} Mamba cache blocks the pool holds (one per decoding "
+            "sequence with FULL CUDA graphs)",
+            f"--max-num-seqs {blocks} (vLLM's advice), or raise --gpu-memory-utilization, or --enforce-eager",
+            None,
+        )
+    )
+    p.facts.num_blocks = p.facts.num_blocks if p.facts.num_blocks is not None else blocks
+
+
 def no_kv_memory(p: LogParser, m: Match, text: str) -> None:
     p.fail(
         Failure(
@@ -172,6 +188,7 @@ def error_line(p: LogParser, m: Match, text: str) -> None:
 
 FAILURE_RULES: tuple[Rule, ...] = (
     ((KV_TOO_SMALL_V1, kv_too_small_v1), (KV_TOO_SMALL_V0, kv_too_small_v0)),
+    ((MAMBA_BLOCKS, mamba_blocks),),
     ((NO_KV_MEMORY, no_kv_memory),),
     ((CUDA_OOM, cuda_oom),),
     ((WORKER_KILLED, worker_killed),),

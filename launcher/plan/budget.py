@@ -797,7 +797,7 @@ def choose_utilization(req: PlanRequest, cache: RankCache, b: RankBuckets) -> tu
     if req.gpu_memory_utilization is not None:
         return req.gpu_memory_utilization, "as given"
     a = req.args
-    need = (b.non_kv_in_budget + b.kv_need_bytes + 2 * cache.layout.bytes_per_block) / b.total_bytes
+    need = (b.non_kv_in_budget + _pool_need_bytes(a, cache, b)) / b.total_bytes
     cap_value, cap_why = min(_util_caps(req, b), key=lambda c: c[0])
     cap_value = _util_floor(min(cap_value, 1.0))
     if req.biggest_pool or not req.unified:
@@ -806,14 +806,24 @@ def choose_utilization(req: PlanRequest, cache: RankCache, b: RankBuckets) -> tu
         needed = _util_ceil(need)
         if needed <= cap_value:
             util = max(needed, 0.01)
-            why = (
-                f"enough for {req.users} × {a.max_model_len:,} tokens "
-                f"(the largest safe value, {cap_value:.2f}, {cap_why})"
-            )
+            users = f"{req.users} × {a.max_model_len:,} tokens"
+            if _pool_need_bytes(a, cache, b) > b.kv_need_bytes + 2 * cache.layout.bytes_per_block:
+                users = f"{a.max_num_seqs} state blocks (one per max_num_seqs sequence) and {users}"
+            why = f"enough for {users} (the largest safe value, {cap_value:.2f}, {cap_why})"
         else:
             verb = "needs" if req.users == 1 else "need"
             util, why = cap_value, f"largest that {cap_why}; {units.users(req.users)} {verb} {needed:.2f}"
     return max(util, 0.01), why
+
+
+def _pool_need_bytes(a: EngineArgs, cache: RankCache, b: RankBuckets) -> int:
+    """The pool the users need (two blocks of slack), and with FULL decode CUDA graphs over state layers at least
+    max_num_seqs blocks, below which vLLM refuses to start (mamba_blocks_short)."""
+    per_block = cache.layout.bytes_per_block
+    need = b.kv_need_bytes + 2 * per_block
+    if state_blocks_per_seq(a, cache.layout):
+        need = max(need, (a.max_num_seqs + 1) * per_block)
+    return need
 
 
 @dataclass(frozen=True)
@@ -876,6 +886,12 @@ def _kv_failure(req: PlanRequest, c: RankCache, b: RankBuckets, p: RankPool, rea
             f"KV cache: one {a.max_model_len:,}-token request needs {c.request_bytes / GiB:.2f} GiB, the pool has "
             f"{p.pool.pool_bytes / GiB:.2f} GiB (about {est:,} tokens)"
         )
+    if failure is None and mamba_blocks_short(a, c.layout, p.pool):
+        failure = "mamba_blocks_below_max_num_seqs"
+        reasons.append(
+            f"max_num_seqs ({a.max_num_seqs}) exceeds available Mamba cache blocks ({p.pool.num_blocks}): each "
+            "decode sequence requires one Mamba cache block, so CUDA graph capture cannot proceed (vLLM's refusal)"
+        )
     if failure is None and req.users > p.max_users and c.request_bytes:
         failure = "users_do_not_fit"
         need, have = req.users * c.request_bytes, max(p.room_bytes, 0)
@@ -894,6 +910,19 @@ def _kv_failure(req: PlanRequest, c: RankCache, b: RankBuckets, p: RankPool, rea
             f"{p.pool.pool_bytes / GiB:.2f} GiB ({p.pool.max_concurrency:.2f} requests), short {short / GiB:.2f} GiB"
         )
     return failure
+
+
+def state_blocks_per_seq(a: EngineArgs, layout: vp.KVLayout) -> bool:
+    """Does vLLM need one pool block per max_num_seqs sequence? With FULL decode CUDA graphs (its default on CUDA
+    unless --enforce-eager) and state layers, each decoding sequence holds one state block, and vLLM refuses to
+    start below that (config/compilation.py, versions.MAMBA_BLOCKS_FOR_FULL_GRAPHS)."""
+    graphs = a.platform == "cuda" and a.engine == "v1" and not a.enforce_eager
+    return graphs and V.MAMBA_BLOCKS_FOR_FULL_GRAPHS.on(a.version) and layout.state_layers() > 0
+
+
+def mamba_blocks_short(a: EngineArgs, layout: vp.KVLayout, pool_: vp.Pool) -> bool:
+    """vLLM's refusal: max_num_seqs above the pool's blocks where each decoding sequence holds a state block."""
+    return state_blocks_per_seq(a, layout) and a.max_num_seqs > pool_.num_blocks
 
 
 def _memory_failure(
@@ -988,6 +1017,8 @@ def rank_prediction(req: PlanRequest, cache: RankCache, b: RankBuckets, util: fl
     reasons: list[str] = []
     failure = _memory_failure(req, b, p, _kv_failure(req, cache, b, p, reasons), reasons)
     fixes = [] if failure is None else _fixes(req, b.weights_bytes, p.pool)
+    if failure == "mamba_blocks_below_max_num_seqs":
+        fixes.insert(0, f"--max-num-seqs {p.pool.num_blocks} (one state block per decoding sequence)")
     if failure == "cuda_oom" and b.outside_bytes < b.total_bytes:
         # the budget is the fault: what lies outside it needs the GPU's memory above it
         fixes.insert(0, f"--gpu-memory-utilization {_util_floor((b.total_bytes - b.outside_bytes) / b.total_bytes)} "

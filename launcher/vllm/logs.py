@@ -685,6 +685,14 @@ KV_TOO_SMALL_V1 = _p(
         "`max_model_len` when initializing the engine.",
     ),
 )
+MAMBA_BLOCKS = _p(
+    "mamba_blocks",
+    r"max_num_seqs \((?P<seqs>\d+)\) exceeds available Mamba cache blocks \((?P<blocks>\d+)\)",
+    example="ValueError: max_num_seqs (1024) exceeds available Mamba cache blocks (939).",
+    versions="0.20.0+",
+    source="config/compilation.py CompilationConfig (FULL decode CUDA graphs over state layers)",
+    keywords=("Mamba cache blocks",),
+)
 KV_TOO_SMALL_V0 = _p(
     "kv_too_small_v0",
     r"The model's max seq len \((?P<mml>\d+)\) is larger than the maximum number of tokens that can be stored in KV "
@@ -1035,7 +1043,7 @@ PATTERNS: tuple[Pattern, ...] = (
     KV_GROUP_SIZES, PAGE_SIZES_NOT_UNIFIED, HYBRID_MANAGER_DISABLED,
     INIT_ENGINE, API_READY, REQUEST_TRAFFIC, ENGINE_THROUGHPUT,
     GATE_GPU, GATE_CPU, KV_TOO_SMALL_V1, KV_TOO_SMALL_V0, NO_KV_MEMORY, WORKER_KILLED, CUDA_OOM, SAMPLER_OOM,
-    GRAPH_CAPTURE_FRAME,
+    MAMBA_BLOCKS, GRAPH_CAPTURE_FRAME,
     INVALID_CONFIG, ERROR_LINE, ENGINE_INIT_FAILED,
     DOCKER_DAEMON, NO_GPU_RUNTIME, NO_CUDA_GPU, DRIVER_TOO_OLD, ADDRESS_IN_USE, HF_GATED, HF_REPO_NOT_FOUND,
     HF_UNREACHABLE, OUT_OF_DISK,

@@ -197,6 +197,13 @@ TOKENS_FROM_CONCURRENCY = Rule(
     "kv_cache_utils.get_kv_cache_capacity (the 0.20.1 wheel's vllm/v1/core/kv_cache_utils.py: `num_tokens = "
     "int(max_concurrency * max_model_len)`; 0.20.0's logs num_blocks // groups × block_size)",
 )  # fmt: skip
+MAMBA_BLOCKS_FOR_FULL_GRAPHS = Rule(
+    "mamba_blocks_for_full_graphs", (0, 20, 0),
+    "with FULL decode CUDA graphs and state (Mamba / linear-attention) layers, max_num_seqs above the pool's blocks "
+    "is refused: each decoding sequence holds one state block",
+    "vllm/config/compilation.py (in the 0.20.0 wheel, not in 0.19.0's): `max_num_seqs (N) exceeds available Mamba "
+    "cache blocks (M)`",
+)  # fmt: skip
 PER_GROUP_BLOCKS = Rule(
     "per_group_blocks", (0, 27, 0), "blocks per request = Σ over groups of cdiv(group bytes, page)",
     "kv_cache_utils.get_max_concurrency_for_kv_cache_config",
